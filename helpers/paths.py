@@ -1,0 +1,23 @@
+"""Where the kit keeps things. The repo root is found from this file, so notebooks (whose
+working directory is notebooks/) and the command line share one runs/ folder."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def runs_dir() -> Path:
+    return Path(os.environ.get("KIT_RUNS_DIR", REPO_ROOT / "runs"))
+
+
+def cache_dir() -> Path:
+    """Seed checkpoints and other reusable artefacts (safe to delete)."""
+    return Path(os.environ.get("KIT_CACHE_DIR", REPO_ROOT / ".cache"))
+
+
+def data_dir() -> Path | None:
+    """Local data (WikiText, tokenizers) when KIT_DATA_DIR points at it; None otherwise."""
+    value = os.environ.get("KIT_DATA_DIR")
+    return Path(value) if value else None

@@ -1,0 +1,68 @@
+"""Reading a run directory (the only contract between notebook and workers; see DESIGN.md)."""
+from __future__ import annotations
+
+import json
+from functools import cached_property
+from pathlib import Path
+
+from helpers.spec import JobSpec
+
+
+class RunDir:
+    def __init__(self, path):
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    def _json(self, name: str):
+        p = self.path / name
+        return json.loads(p.read_text()) if p.exists() else None
+
+    @cached_property
+    def spec(self) -> JobSpec:
+        return JobSpec.read(self.path / "spec.json")
+
+    @property
+    def manifest(self) -> dict:
+        return self._json("manifest.json")
+
+    @property
+    def metrics(self) -> list[dict]:
+        p = self.path / "metrics.jsonl"
+        if not p.exists():
+            return []
+        return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+
+    @property
+    def losses(self) -> list[float]:
+        return [m["loss"] for m in self.metrics]
+
+    @property
+    def final_loss(self) -> float | None:
+        losses = self.losses
+        return losses[-1] if losses else None
+
+    @property
+    def groups(self) -> dict[int, dict]:
+        """{rank: {axis: [ranks]}} as the live job's parallel_state reported them."""
+        return {int(r): g for r, g in (self._json("groups.json") or {}).items()}
+
+    @property
+    def ranks(self) -> dict[int, dict]:
+        """{rank: host, device, parameter/gradient/optimizer bytes} read from the live job."""
+        return {int(r): v for r, v in (self._json("ranks.json") or {}).items()}
+
+    @property
+    def errors(self) -> dict[int, dict]:
+        out = {}
+        for p in sorted((self.path / "logs").glob("rank*.error.json")):
+            e = json.loads(p.read_text())
+            out[e["rank"]] = e
+        return out
+
+    def log_tail(self, rank: int, lines: int = 15) -> str:
+        p = self.path / "logs" / f"rank{rank}.log"
+        if not p.exists():
+            return "(no log)"
+        return "\n".join(p.read_text(errors="replace").splitlines()[-lines:])

@@ -1,0 +1,127 @@
+"""Build the Megatron-Core pieces of a job: config, GPT model chunks (one per virtual pipeline
+stage), DDP wrapping and the optimizer. Only Megatron-Core APIs; nothing re-implemented."""
+from __future__ import annotations
+
+import torch
+from megatron.core import parallel_state as ps
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.transformer import TransformerConfig
+from megatron.core.transformer.module import Float16Module
+
+from helpers.models import ModelPreset
+from helpers.spec import JobSpec
+
+
+def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bool) -> TransformerConfig:
+    moe = {}
+    if model.is_moe:
+        moe = dict(
+            num_moe_experts=model.num_experts,
+            moe_router_topk=model.moe_router_topk,
+            moe_ffn_hidden_size=model.moe_ffn_hidden_size or model.ffn_hidden_size,
+            moe_token_dispatcher_type=spec.moe_dispatcher,
+            moe_router_load_balancing_type="aux_loss",
+            moe_aux_loss_coeff=1e-2,
+            moe_grouped_gemm=False,
+            moe_permute_fusion=False,
+            moe_shared_expert_intermediate_size=model.moe_shared_expert_intermediate_size,
+        )
+    return TransformerConfig(
+        num_layers=model.num_layers,
+        hidden_size=model.hidden_size,
+        num_attention_heads=model.num_attention_heads,
+        num_query_groups=model.num_query_groups,
+        ffn_hidden_size=model.ffn_hidden_size,
+        normalization=model.normalization,
+        tensor_model_parallel_size=spec.tp,
+        pipeline_model_parallel_size=spec.pp,
+        virtual_pipeline_model_parallel_size=spec.vpp,
+        num_layers_in_first_pipeline_stage=spec.first_stage_layers,
+        num_layers_in_last_pipeline_stage=spec.last_stage_layers,
+        context_parallel_size=spec.cp,
+        expert_model_parallel_size=spec.ep,
+        expert_tensor_parallel_size=spec.expert_tp,
+        sequence_parallel=spec.sp,
+        # Dropout off: every layout must compute exactly what one process computes.
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        params_dtype=torch.bfloat16 if bf16 else torch.float32,
+        bf16=bf16,
+        pipeline_dtype=torch.bfloat16 if bf16 else torch.float32,
+        # CPU: build full weights on the host, then split (no CUDA RNG, no CUDA kernels).
+        use_cpu_initialization=on_cpu,
+        # Fusions need CUDA kernels (apex/TE/triton); the kit uses the plain PyTorch paths.
+        gradient_accumulation_fusion=False,
+        bias_activation_fusion=False,
+        bias_dropout_fusion=False,
+        masked_softmax_fusion=False,
+        apply_rope_fusion=False,
+        persist_layer_norm=False,
+        init_method_std=0.02,
+        **moe,
+    )
+
+
+def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -> list[torch.nn.Module]:
+    """One GPTModel per virtual pipeline stage held by this rank (one when VPP is off)."""
+    layer_spec = get_gpt_layer_local_spec(
+        num_experts=model.num_experts, moe_grouped_gemm=False, normalization=model.normalization
+    )
+    chunks = []
+    for vp_stage in range(spec.vpp or 1):
+        vp = vp_stage if spec.vpp else None
+        chunks.append(GPTModel(
+            config=config,
+            transformer_layer_spec=layer_spec,
+            vocab_size=model.vocab_size,
+            max_sequence_length=spec.seq_len,
+            pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
+            post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp),
+            position_embedding_type="rope",
+            share_embeddings_and_output_weights=False,
+            vp_stage=vp,
+        ))
+    return chunks
+
+
+def wrap_ddp(config: TransformerConfig, chunks: list[torch.nn.Module], spec: JobSpec, device) -> list:
+    ddp_config = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True,
+        overlap_grad_reduce=False,
+        use_distributed_optimizer=spec.dist_opt,
+    )
+    wrapped = []
+    for i, chunk in enumerate(chunks):
+        chunk.to(device)
+        if config.bf16:
+            chunk = Float16Module(config, chunk)
+        wrapped.append(DistributedDataParallel(
+            config, ddp_config, chunk,
+            # As Megatron's training loop does: only the first chunk gets bucketing off
+            # when virtual pipelining would otherwise overlap buckets across chunks.
+            disable_bucketing=i > 0,
+        ))
+    return wrapped
+
+
+def optimizer(config: TransformerConfig, model: list, spec: JobSpec):
+    opt_config = OptimizerConfig(
+        optimizer="adam",
+        lr=spec.lr,
+        weight_decay=0.0,
+        clip_grad=spec.clip_grad,
+        bf16=config.bf16,
+        params_dtype=config.params_dtype,
+        use_distributed_optimizer=spec.dist_opt,
+    )
+    return get_megatron_optimizer(opt_config, model)
+
+
+def unwrap(chunk: torch.nn.Module) -> torch.nn.Module:
+    """The GPTModel inside DDP (and Float16Module)."""
+    while hasattr(chunk, "module"):
+        chunk = chunk.module
+    return chunk

@@ -1,0 +1,111 @@
+"""Lets Megatron-Core 0.19 train on CPU with gloo.
+
+Megatron-Core assumes CUDA in a few dozen places (see FIELD_NOTES.md). On CPU this module
+redirects each of them to its CPU equivalent. It is activated only for CPU jobs, before the
+model is built, and changes nothing on GPU. Every patch is one idea, explained in one line.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+_ACTIVE = False
+_CPU = torch.device("cpu")
+
+
+def _is_cuda(device) -> bool:
+    if isinstance(device, torch.device):
+        return device.type == "cuda"
+    if isinstance(device, str):
+        return device.startswith("cuda")
+    return isinstance(device, int)  # a bare int device means a CUDA ordinal in torch
+
+
+class _CudaToCpu(TorchFunctionMode):
+    """Rewrites `device="cuda"` literals (schedules, optimizer, clip_grads, MoE) to the CPU."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if "device" in kwargs and _is_cuda(kwargs["device"]):
+            kwargs["device"] = _CPU
+        return func(*args, **kwargs)
+
+
+class _NoStream:
+    """Stand-in for torch.cuda.Stream/Event: CPU ops run in program order, so waits are no-ops."""
+
+    def __init__(self, *args, **kwargs): ...
+    def wait_stream(self, *args): ...
+    def wait_event(self, *args): ...
+    def record_event(self, *args): return _NoStream()
+    def record(self, *args): ...
+    def synchronize(self): ...
+    def query(self): return True
+    def current_stream_wait(self): ...
+
+
+def _get_rng_state(*args, **kwargs):
+    return torch.get_rng_state()
+
+
+def _set_rng_state(new_state, *args, **kwargs):
+    torch.set_rng_state(new_state)
+
+
+_ORIGINAL_TYPE = torch.Tensor.type
+_CUDA_TYPE_NAMES = {torch.float32: "torch.cuda.FloatTensor", torch.float16: "torch.cuda.HalfTensor",
+                    torch.bfloat16: "torch.cuda.BFloat16Tensor"}
+
+
+def _tensor_type(self, dtype=None, *args, **kwargs):
+    # Megatron checks fp32 params/grads with `x.type() == 'torch.cuda.FloatTensor'`.
+    if dtype is None and not args and not kwargs and self.dtype in _CUDA_TYPE_NAMES:
+        return _CUDA_TYPE_NAMES[self.dtype]
+    return _ORIGINAL_TYPE(self, dtype, *args, **kwargs)
+
+
+def activate() -> None:
+    """Install the CPU redirections (idempotent). Call after `import megatron.core`."""
+    global _ACTIVE
+    if _ACTIVE:
+        return
+    from megatron.core.tensor_parallel import random as tp_random
+    from megatron.core.transformer.moe import moe_utils, token_dispatcher
+
+    # Buffers and tensors are created on "the current CUDA device": make that the CPU.
+    torch.cuda.current_device = lambda: _CPU
+    # `.cuda()` calls (optimizer state, distributed optimizer gloo path) become no-ops.
+    torch.Tensor.cuda = lambda self, *a, **k: self
+    # The model-parallel RNG tracker forks "the CUDA generator": use the CPU generator instead.
+    torch.cuda.get_rng_state = _get_rng_state
+    torch.cuda.set_rng_state = _set_rng_state
+    torch.cuda.manual_seed = torch.manual_seed
+    tp_random._get_cuda_rng_state = _get_rng_state
+    tp_random._set_cuda_rng_state = _set_rng_state
+    # Streams and events (DDP overlap, MoE dispatcher) have nothing to order on a CPU.
+    torch.cuda.Stream = _NoStream
+    torch.cuda.Event = _NoStream
+    torch.cuda.current_stream = lambda *a, **k: _NoStream()
+    torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()
+    torch.cuda.synchronize = lambda *a, **k: None
+    # Type-string checks for fp32 CUDA tensors accept fp32 CPU tensors.
+    torch.Tensor.type = _tensor_type
+    # The alltoall dispatcher needs split sizes as numpy; its helper only converts CUDA tensors.
+    original_move = moe_utils.maybe_move_tensor_to_cpu
+
+    def move_to_cpu(tensor, as_numpy=False, record_stream=False):
+        if torch.is_tensor(tensor) and not tensor.is_cuda:
+            return tensor.numpy() if as_numpy else tensor
+        return original_move(tensor, as_numpy=as_numpy, record_stream=record_stream)
+
+    moe_utils.maybe_move_tensor_to_cpu = move_to_cpu
+    token_dispatcher.maybe_move_tensor_to_cpu = move_to_cpu
+    # `device="cuda"` literals: one global function mode maps them to the CPU.
+    _CudaToCpu().__enter__()
+    _ACTIVE = True
+
+
+def is_active() -> bool:
+    return _ACTIVE

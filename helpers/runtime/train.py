@@ -1,0 +1,165 @@
+"""Worker entry point, run by torchrun on every rank:
+    python -m helpers.runtime.train RUN_DIR [--seed-checkpoint-out PATH]
+Reads RUN_DIR/spec.json; builds Megatron-Core's process groups, GPT model chunks, DDP and
+optimizer; trains with Megatron's own forward/backward schedules; writes the run directory."""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import time
+from datetime import timedelta
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from helpers import models
+from helpers.runtime import rundir
+from helpers.spec import JobSpec
+
+
+def _setup(spec: JobSpec):
+    """torch.distributed + Megatron parallel_state. Returns the torch device of this rank."""
+    import megatron.core  # noqa: F401  (import before the compat patches, which target it)
+    from megatron.core import parallel_state as ps
+    from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+    on_cpu = spec.device == "cpu"
+    if on_cpu:
+        from helpers.runtime import cpu_compat
+        cpu_compat.activate()
+        device = torch.device("cpu")
+    else:
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    dist.init_process_group("gloo" if on_cpu else "nccl", timeout=timedelta(minutes=5))
+    ps.initialize_model_parallel(
+        tensor_model_parallel_size=spec.tp,
+        pipeline_model_parallel_size=spec.pp,
+        virtual_pipeline_model_parallel_size=spec.vpp,
+        context_parallel_size=spec.cp,
+        expert_model_parallel_size=spec.ep,
+        expert_tensor_parallel_size=spec.expert_tp,
+        distributed_timeout_minutes=5,
+    )
+    torch.manual_seed(spec.seed)
+    model_parallel_cuda_manual_seed(spec.seed)
+    return device
+
+
+def _loss_func(loss_mask, output_tensor):
+    """Mean token loss of one microbatch. The clone matters: the schedule divides the returned
+    loss in place by the number of microbatches, and we report the unscaled value."""
+    losses = output_tensor.float()
+    loss = torch.sum(losses.view(-1) * loss_mask.view(-1)) / loss_mask.sum()
+    return loss, {"lm loss": loss.detach().clone()}
+
+
+def _forward_step(device, data_iterator, model):
+    batch = {k: v.to(device) for k, v in next(data_iterator).items()}
+    output = model(batch["tokens"], batch["position_ids"], attention_mask=None, labels=batch["labels"])
+    return output, partial(_loss_func, batch["loss_mask"])
+
+
+def _global_loss(losses_reduced, spec: JobSpec, device) -> float:
+    """Global-batch mean loss on every rank: last-stage ranks hold their DP shard's mean; the
+    tp*cp*dp last-stage ranks sum their values and we divide by their count."""
+    from megatron.core import parallel_state as ps
+
+    local = torch.zeros(1, dtype=torch.float64, device=device)
+    if ps.is_pipeline_last_stage(ignore_virtual=True) and losses_reduced:
+        local += torch.stack([d["lm loss"].double() for d in losses_reduced]).mean()
+    dist.all_reduce(local)
+    return float(local) / (spec.world_size // spec.pp)
+
+
+def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
+    from megatron.core.distributed import finalize_model_grads
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core import parallel_state as ps
+    from helpers.runtime import build, checkpoint, memory_stats, synthetic
+
+    device = _setup(spec)
+    rank = dist.get_rank()
+    bf16 = spec.precision == "bf16"
+    model_desc = models.preset(spec.model).with_(**spec.model_overrides)
+    config = build.transformer_config(model_desc, spec, on_cpu=device.type == "cpu", bf16=bf16)
+    chunks = build.model_chunks(config, model_desc, spec)
+    if seed_out is not None:  # world-size-1 job whose only task is the seed checkpoint
+        checkpoint.save_model(chunks, seed_out)
+        return
+    if spec.seed_checkpoint:
+        checkpoint.load_model(chunks, Path(spec.env["KIT_SEED_CHECKPOINT"]))
+    model = build.wrap_ddp(config, chunks, spec, device)
+    opt = build.optimizer(config, model, spec)
+    # What Megatron's own training loop wires into the schedule.
+    config.finalize_model_grads_func = finalize_model_grads
+    config.grad_scale_func = opt.scale_loss
+    config.no_sync_func = [m.no_sync for m in model] if len(model) > 1 else model[0].no_sync
+
+    groups = rundir.gather_to_rank0(rundir.describe_process_groups())
+    facts = rundir.gather_to_rank0(rundir.host_facts(device))
+    if rank == 0:
+        rundir.write_json(run_dir / "groups.json", {str(r): g for r, g in enumerate(groups)})
+
+    metrics = rundir.Metrics(run_dir, enabled=rank == 0)
+    forward_backward = get_forward_backward_func()
+    dp_rank = ps.get_data_parallel_rank()
+    tokens_per_iter = spec.global_batch_size * spec.seq_len
+    for it in range(spec.iters):
+        t0 = time.perf_counter()
+        data = [iter(synthetic.microbatches(spec.seed, it, spec.global_batch_size, spec.micro_batch,
+                                            spec.dp, dp_rank, spec.seq_len, model_desc.vocab_size))
+                for _ in model]  # one iterator per model chunk (interleaved schedule)
+        for m in model:
+            m.zero_grad_buffer()
+        opt.zero_grad()
+        losses = forward_backward(
+            forward_step_func=partial(_forward_step, device),
+            data_iterator=data if len(model) > 1 else data[0],
+            model=model if len(model) > 1 else model[0],
+            num_microbatches=spec.num_microbatches,
+            seq_length=spec.seq_len,
+            micro_batch_size=spec.micro_batch,
+            forward_only=False,
+        )
+        loss = _global_loss(losses, spec, device)
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"loss is {loss} at iteration {it + 1}: training stopped "
+                                     "(check the learning rate, precision and input data)")
+        ok, grad_norm, _ = opt.step()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        step = time.perf_counter() - t0
+        record = {"iteration": it + 1, "loss": loss, "grad_norm": float(grad_norm or 0.0),
+                  "lr": spec.lr, "skipped": not ok, "step_time_s": step,
+                  "tokens_per_s": tokens_per_iter / step}
+        if it == 0:
+            static = rundir.gather_to_rank0(memory_stats.static_memory(model, opt))
+            if rank == 0:
+                rundir.write_json(run_dir / "ranks.json", {
+                    str(r): {**facts[r], **static[r]} for r in range(len(static))})
+        record.update(memory_stats.device_memory(device))
+        metrics.write(record)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("run_dir", type=Path)
+    parser.add_argument("--seed-checkpoint-out", type=Path, default=None)
+    args = parser.parse_args()
+    rank = int(os.environ.get("RANK", 0))
+    rundir.redirect_output(args.run_dir, rank)
+    spec = JobSpec.read(args.run_dir / "spec.json")
+    try:
+        train(args.run_dir, spec, args.seed_checkpoint_out)
+    except BaseException as exc:
+        rundir.write_error(args.run_dir, rank, exc)
+        raise  # torchrun sees the failure and stops the other ranks
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":  # required: dist_checkpointing's writer re-imports the main module
+    main()
