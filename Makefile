@@ -26,7 +26,8 @@ $(STAMP): pyproject.toml
 	  "$(PYTHON312)" -m venv $(VENV); fi
 	@echo "installing the kit into $(VENV) (first time: a few minutes, ~5 GB with CUDA-enabled torch)"
 	$(PY) -m pip install --quiet --disable-pip-version-check -e . 2>&1 | grep -v "^WARNING: Location" || true
-	@$(PY) -c "import torch, megatron.core, helpers" || { echo "error: install incomplete"; exit 1; }
+	@PYTHONWARNINGS=ignore $(PY) -c "import torch, megatron.core, helpers" >/dev/null 2>&1 || \
+	  { echo "error: install incomplete; the import below fails:"; $(PY) -c "import torch, megatron.core, helpers"; exit 1; }
 	@rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 demo: install

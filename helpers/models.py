@@ -19,6 +19,7 @@ class ModelPreset:
     moe_ffn_hidden_size: int | None = None
     moe_shared_expert_intermediate_size: int | None = None
     normalization: str = "LayerNorm"
+    add_bias_linear: bool = False  # modern LLMs (Llama, Qwen, DeepSeek) have no linear biases
     max_seq_len: int = 4096
     source: str = "kit"  # where the numbers come from (a published config.json for public models)
 

@@ -28,7 +28,7 @@ class JobSpec:
     micro_batch: int = 2
     global_batch: int | None = None  # None = micro_batch * dp (one microbatch per replica)
     seq_len: int = 64
-    lr: float = 1e-3
+    lr: float = 3e-3
     clip_grad: float = 1.0
     seed: int = 1234
     moe_dispatcher: str = "alltoall"  # alltoall | allgather

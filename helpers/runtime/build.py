@@ -10,8 +10,10 @@ from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.transformer import TransformerConfig
 from megatron.core.transformer.module import Float16Module
+from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 
 from helpers.models import ModelPreset
+from helpers.runtime.modules import SequenceParallelNorm
 from helpers.spec import JobSpec
 
 
@@ -36,6 +38,7 @@ def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bo
         num_query_groups=model.num_query_groups,
         ffn_hidden_size=model.ffn_hidden_size,
         normalization=model.normalization,
+        add_bias_linear=model.add_bias_linear,
         tensor_model_parallel_size=spec.tp,
         pipeline_model_parallel_size=spec.pp,
         virtual_pipeline_model_parallel_size=spec.vpp,
@@ -45,6 +48,11 @@ def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bo
         expert_model_parallel_size=spec.ep,
         expert_tensor_parallel_size=spec.expert_tp,
         sequence_parallel=spec.sp,
+        # As Megatron-LM's arguments do: interleaved schedules overlap P2P and post each send/recv
+        # on its own (with pp=2, next and previous stage are the same peer; a single batched
+        # isend/irecv would pair a forward activation with a backward gradient).
+        overlap_p2p_comm=bool(spec.vpp),
+        batch_p2p_comm=not spec.vpp,
         # Dropout off: every layout must compute exactly what one process computes.
         hidden_dropout=0.0,
         attention_dropout=0.0,
@@ -65,17 +73,25 @@ def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bo
     )
 
 
-def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -> list[torch.nn.Module]:
-    """One GPTModel per virtual pipeline stage held by this rank (one when VPP is off)."""
-    layer_spec = get_gpt_layer_local_spec(
+def block_spec(config: TransformerConfig, model: ModelPreset, vp_stage: int | None) -> TransformerBlockSubmodules:
+    """Megatron-Core's local layer spec with the kit's SP-capable norm in place of torch's."""
+    layer = get_gpt_layer_local_spec(
         num_experts=model.num_experts, moe_grouped_gemm=False, normalization=model.normalization
     )
+    layer.submodules.input_layernorm = SequenceParallelNorm
+    layer.submodules.pre_mlp_layernorm = SequenceParallelNorm
+    n_layers = get_num_layers_to_build(config, vp_stage=vp_stage)
+    return TransformerBlockSubmodules(layer_specs=[layer] * n_layers, layer_norm=SequenceParallelNorm)
+
+
+def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -> list[torch.nn.Module]:
+    """One GPTModel per virtual pipeline stage held by this rank (one when VPP is off)."""
     chunks = []
     for vp_stage in range(spec.vpp or 1):
         vp = vp_stage if spec.vpp else None
         chunks.append(GPTModel(
             config=config,
-            transformer_layer_spec=layer_spec,
+            transformer_layer_spec=block_spec(config, model, vp),
             vocab_size=model.vocab_size,
             max_sequence_length=spec.seq_len,
             pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),

@@ -24,7 +24,7 @@ def save_model(chunks: list[torch.nn.Module], path: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     assert len(chunks) == 1, "seed checkpoints are written at world size 1 without VPP"
-    dist_checkpointing.save({"model": unwrap(chunks[0]).sharded_state_dict()}, str(tmp))
+    dist_checkpointing.save({"model0": unwrap(chunks[0]).sharded_state_dict()}, str(tmp))
     (tmp / MARKER).write_text("ok\n")
     if path.exists():  # another job finished the same seed checkpoint first: keep theirs
         shutil.rmtree(tmp)
@@ -34,11 +34,14 @@ def save_model(chunks: list[torch.nn.Module], path: Path) -> None:
 
 def load_model(chunks: list[torch.nn.Module], path: Path) -> None:
     """Load model weights into every chunk this rank holds; resharding does the splitting.
-    Each chunk loads separately: its sharded keys carry global layer and expert numbers."""
+    All chunks load in one call (sharded keys carry global layer and expert numbers, so the
+    saved single-chunk model and several virtual-stage chunks name the same tensors), because
+    dist_checkpointing checks that each load covers every saved tensor once."""
     path = Path(path)
     if not (path / MARKER).exists():
         raise FileNotFoundError(f"checkpoint {path} is missing or incomplete (no {MARKER} file)")
-    for chunk in chunks:
-        module = unwrap(chunk)
-        state = dist_checkpointing.load({"model": module.sharded_state_dict()}, str(path))
-        module.load_state_dict(state["model"], strict=True)
+    modules = [unwrap(c) for c in chunks]
+    request = {f"model{i}": m.sharded_state_dict() for i, m in enumerate(modules)}
+    state = dist_checkpointing.load(request, str(path))
+    for i, m in enumerate(modules):
+        m.load_state_dict(state[f"model{i}"], strict=True)
