@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -154,17 +155,45 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
+def _crashed_ranks(run: RunDir) -> dict[int, int]:
+    """{rank: exit code} from torchrun's failure summary (ranks that died without a Python error)."""
+    log = run.path / "logs" / "torchrun.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    found = re.findall(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", text)
+    return {int(r): int(code) for r, code in found}
+
+
+# A rank whose peer died fails too, with one of these; it is a consequence, not the cause.
+_PEER_LOST = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|communicator was aborted"
+                        r"|NCCL error|Timed out|timed out|Socket Timeout", re.I)
+
+
 def _failure_message(run: RunDir, what: str) -> tuple[str, list[int]]:
     errors = run.errors
-    ranks = sorted(errors) or list(range(run.spec.world_size))
+    primary = {r: e for r, e in errors.items() if not _PEER_LOST.search(e["message"])}
+    for r, code in _crashed_ranks(run).items():
+        if r not in errors and code != -signal.SIGTERM:  # SIGTERM: torchrun's own teardown
+            primary[r] = {"type": "ProcessDied", "message": f"exit code {code} without a Python error "
+                          f"(killed, out of memory, or a crash in native code); last log lines:\n"
+                          f"{run.log_tail(r, 6)}"}
+    ranks = sorted(primary) or sorted(errors) or run.stalled_ranks()
+    beats = run.heartbeats
     lines = [f"{what} (run directory: {run.path})"]
+    if not errors and not primary:
+        lines.append(f"stalled rank(s): {ranks} (furthest behind; the others wait for them)")
     for r in ranks[:4]:
-        if r in errors:
-            lines.append(f"rank {r}: {errors[r]['type']}: {errors[r]['message']}")
+        if r in primary or r in errors:
+            e = primary.get(r) or errors[r]
+            lines.append(f"rank {r}: {e['type']}: {e['message']}")
         else:
-            lines.append(f"rank {r}: last log lines:\n{run.log_tail(r, 8)}")
-    if not errors:
-        launcher = (run.path / "logs" / "torchrun.log")
+            where = beats.get(r, {})
+            lines.append(f"rank {r}: last reached '{where.get('phase', 'process start')}'"
+                         f" (iteration {where.get('iteration', 0)}); last log lines:\n{run.log_tail(r, 6)}")
+    lost = sorted(set(errors) - set(ranks))
+    if lost:
+        lines.append(f"ranks {lost} stopped because a peer failed")
+    if not errors and not primary:
+        launcher = run.path / "logs" / "torchrun.log"
         if launcher.exists():
             lines.append("torchrun: " + "\n".join(launcher.read_text(errors="replace").splitlines()[-6:]))
     return "\n".join(lines), ranks

@@ -61,6 +61,26 @@ class RunDir:
             out[e["rank"]] = e
         return out
 
+    @property
+    def heartbeats(self) -> dict[int, dict]:
+        """{rank: last phase reached} (see helpers.runtime.rundir.Heartbeat)."""
+        out = {}
+        for p in (self.path / "logs").glob("rank*.heartbeat.json"):
+            try:
+                out[int(p.name[4:].split(".")[0])] = json.loads(p.read_text())
+            except (ValueError, json.JSONDecodeError):
+                continue
+        return out
+
+    def stalled_ranks(self) -> list[int]:
+        """Ranks furthest behind (never started, or fewest heartbeat steps)."""
+        beats = self.heartbeats
+        steps = {r: beats.get(r, {}).get("step", 0) for r in range(self.spec.world_size)}
+        if len(set(steps.values())) <= 1:
+            return sorted(steps)
+        low = min(steps.values())
+        return sorted(r for r, s in steps.items() if s == low)
+
     def log_tail(self, rank: int, lines: int = 15) -> str:
         p = self.path / "logs" / f"rank{rank}.log"
         if not p.exists():

@@ -40,6 +40,9 @@ class JobSpec:
     out: str = "runs"
     timeout_s: float = 600.0
     env: dict = field(default_factory=dict)
+    # Start the process groups, write groups.json and stop: no model, no data (helpers.probe uses it
+    # to show the live groups of layouts whose model the local backend cannot build yet, e.g. CP).
+    groups_only: bool = False
 
     # ---- derived sizes -------------------------------------------------------------
     @property

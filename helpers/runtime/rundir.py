@@ -80,8 +80,30 @@ def describe_process_groups() -> dict:
     return groups
 
 
+def write_groups(run_dir: Path) -> None:
+    """groups.json: {rank: {axis: [ranks]}} gathered from every rank (collective: all ranks call)."""
+    groups = gather_to_rank0(describe_process_groups())
+    if dist.get_rank() == 0:
+        write_json(Path(run_dir) / "groups.json", {str(r): g for r, g in enumerate(groups)})
+
+
 def host_facts(device: torch.device) -> dict:
     facts = {"host": socket.gethostname(), "pid": os.getpid(), "device": str(device)}
     if device.type == "cuda":
         facts["device_name"] = torch.cuda.get_device_name(device)
     return facts
+
+
+class Heartbeat:
+    """Each rank records how far it got (logs/rank<N>.heartbeat.json). When a job hangs, the
+    ranks that are furthest behind are the stalled ones; the runner names them."""
+
+    def __init__(self, run_dir: Path, rank: int):
+        self._path = Path(run_dir) / "logs" / f"rank{rank}.heartbeat.json"
+        self._step = 0
+
+    def __call__(self, phase: str, iteration: int = 0) -> None:
+        import time
+        self._step += 1
+        write_json(self._path, {"step": self._step, "phase": phase, "iteration": iteration,
+                                "time": time.time()})

@@ -49,18 +49,19 @@ def _setup(spec: JobSpec):
     return device
 
 
-def _loss_func(loss_mask, output_tensor):
+def _loss_func(loss_mask, scale, output_tensor):
     """Mean token loss of one microbatch. The clone matters: the schedule divides the returned
-    loss in place by the number of microbatches, and we report the unscaled value."""
+    loss in place by the number of microbatches, and we report the unscaled value.
+    `scale` is 1.0 except when a fault is injected (NaN)."""
     losses = output_tensor.float()
-    loss = torch.sum(losses.view(-1) * loss_mask.view(-1)) / loss_mask.sum()
+    loss = torch.sum(losses.view(-1) * loss_mask.view(-1)) / loss_mask.sum() * scale
     return loss, {"lm loss": loss.detach().clone()}
 
 
-def _forward_step(device, data_iterator, model):
+def _forward_step(device, scale, data_iterator, model):
     batch = {k: v.to(device) for k, v in next(data_iterator).items()}
     output = model(batch["tokens"], batch["position_ids"], attention_mask=None, labels=batch["labels"])
-    return output, partial(_loss_func, batch["loss_mask"])
+    return output, partial(_loss_func, batch["loss_mask"], scale)
 
 
 def _global_loss(losses_reduced, spec: JobSpec, device) -> float:
@@ -79,10 +80,16 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     from megatron.core.distributed import finalize_model_grads
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core import parallel_state as ps
-    from helpers.runtime import build, checkpoint, memory_stats, synthetic
+    from helpers.runtime import build, checkpoint, faults, memory_stats, synthetic
 
+    beat = rundir.Heartbeat(run_dir, int(os.environ.get("RANK", 0)))
+    beat("initialising process groups")
     device = _setup(spec)
     rank = dist.get_rank()
+    if spec.groups_only:  # before the model is built: the local spec cannot build every layout (CP)
+        rundir.write_groups(run_dir)
+        return
+    beat("building the model")
     bf16 = spec.precision == "bf16"
     model_desc = models.preset(spec.model).with_(**spec.model_overrides)
     config = build.transformer_config(model_desc, spec, on_cpu=device.type == "cpu", bf16=bf16)
@@ -99,10 +106,9 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     config.grad_scale_func = opt.scale_loss
     config.no_sync_func = [m.no_sync for m in model] if len(model) > 1 else model[0].no_sync
 
-    groups = rundir.gather_to_rank0(rundir.describe_process_groups())
+    beat("recording process groups")
+    rundir.write_groups(run_dir)
     facts = rundir.gather_to_rank0(rundir.host_facts(device))
-    if rank == 0:
-        rundir.write_json(run_dir / "groups.json", {str(r): g for r, g in enumerate(groups)})
 
     metrics = rundir.Metrics(run_dir, enabled=rank == 0)
     forward_backward = get_forward_backward_func()
@@ -110,6 +116,8 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     tokens_per_iter = spec.global_batch_size * spec.seq_len
     for it in range(spec.iters):
         t0 = time.perf_counter()
+        scale = faults.maybe_inject(it + 1, rank)
+        beat("forward/backward", it + 1)
         data = [iter(synthetic.microbatches(spec.seed, it, spec.global_batch_size, spec.micro_batch,
                                             spec.dp, dp_rank, spec.seq_len, model_desc.vocab_size))
                 for _ in model]  # one iterator per model chunk (interleaved schedule)
@@ -117,7 +125,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
             m.zero_grad_buffer()
         opt.zero_grad()
         losses = forward_backward(
-            forward_step_func=partial(_forward_step, device),
+            forward_step_func=partial(_forward_step, device, scale),
             data_iterator=data if len(model) > 1 else data[0],
             model=model if len(model) > 1 else model[0],
             num_microbatches=spec.num_microbatches,
@@ -129,11 +137,12 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss is {loss} at iteration {it + 1}: training stopped "
                                      "(check the learning rate, precision and input data)")
+        beat("optimizer step", it + 1)
         ok, grad_norm, _ = opt.step()
         if device.type == "cuda":
             torch.cuda.synchronize()
         step = time.perf_counter() - t0
-        record = {"iteration": it + 1, "loss": loss, "grad_norm": float(grad_norm or 0.0),
+        record = {"iteration": it + 1, "time": time.time(), "loss": loss, "grad_norm": float(grad_norm or 0.0),
                   "lr": spec.lr, "skipped": not ok, "step_time_s": step,
                   "tokens_per_s": tokens_per_iter / step}
         if it == 0:
@@ -143,6 +152,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
                     str(r): {**facts[r], **static[r]} for r in range(len(static))})
         record.update(memory_stats.device_memory(device))
         metrics.write(record)
+        beat("iteration done", it + 1)
 
 
 def main() -> None:

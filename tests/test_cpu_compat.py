@@ -1,0 +1,76 @@
+"""The CPU compatibility layer, unit by unit. It patches torch globally, so each check runs in a
+fresh interpreter."""
+import subprocess
+import sys
+import textwrap
+
+
+def _run(code: str) -> str:
+    prelude = "import megatron.core\nfrom helpers.runtime import cpu_compat\ncpu_compat.activate()\nimport torch\n"
+    out = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True,
+                         text=True, env={"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "PATH": ""})
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.strip()
+
+
+def test_cuda_device_literals_land_on_cpu():
+    assert _run("""
+        print(torch.zeros(2, device="cuda").device, torch.tensor([1.0], device="cuda:0").device,
+              torch.empty(3, device=torch.cuda.current_device()).device)
+    """) == "cpu cpu cpu"
+
+
+def test_dot_cuda_is_a_no_op():
+    assert _run("x = torch.ones(2); print(x.cuda() is x)") == "True"
+
+
+def test_type_strings_accept_cpu_tensors():
+    assert _run("""
+        print(torch.ones(1).type(), torch.ones(1, dtype=torch.bfloat16).type(),
+              torch.ones(1).type(torch.float64).dtype)
+    """) == "torch.cuda.FloatTensor torch.cuda.BFloat16Tensor torch.float64"
+
+
+def test_streams_and_events_are_harmless():
+    assert _run("""
+        s = torch.cuda.Stream(); e = torch.cuda.Event()
+        s.wait_stream(torch.cuda.current_stream()); e.record(); torch.cuda.synchronize()
+        with torch.cuda.stream(s):
+            y = torch.ones(1) + 1
+        print(float(y))
+    """) == "2.0"
+
+
+def test_rng_tracker_forks_the_cpu_generator_and_restores_it():
+    out = _run("""
+        from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
+        tracker = get_cuda_rng_tracker()
+        tracker.add("model-parallel-rng", 1234)
+        torch.manual_seed(1)
+        before = torch.get_rng_state().clone()
+        with tracker.fork():
+            a = torch.rand(3)
+        after = torch.get_rng_state()
+        with tracker.fork():
+            b = torch.rand(3)
+        torch.manual_seed(1234); expected = torch.rand(6)
+        print(bool(torch.equal(before, after)), bool(torch.equal(torch.cat([a, b]), expected)))
+    """)
+    assert out == "True True"
+
+
+def test_alltoall_split_sizes_become_numpy():
+    assert _run("""
+        from megatron.core.transformer.moe import token_dispatcher
+        t = torch.tensor([1, 2, 3])
+        print(type(token_dispatcher.maybe_move_tensor_to_cpu(t, as_numpy=True)).__name__,
+              token_dispatcher.maybe_move_tensor_to_cpu(t) is t)
+    """) == "ndarray True"
+
+
+def test_not_active_unless_activated():
+    out = subprocess.run([sys.executable, "-c", "import megatron.core, torch\n"
+                          "from helpers.runtime import cpu_compat\n"
+                          "print(cpu_compat.is_active(), torch.Tensor.type(torch.ones(1)))"],
+                         capture_output=True, text=True, env={"PYTHONWARNINGS": "ignore", "PATH": ""})
+    assert out.stdout.split() == ["False", "torch.FloatTensor"]
