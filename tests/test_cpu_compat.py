@@ -20,8 +20,12 @@ def test_cuda_device_literals_land_on_cpu():
     """) == "cpu cpu cpu"
 
 
-def test_dot_cuda_is_a_no_op():
-    assert _run("x = torch.ones(2); print(x.cuda() is x)") == "True"
+def test_dot_cuda_and_pinned_memory_are_no_ops():
+    assert _run("""
+        x = torch.ones(2)
+        y = torch.tensor([0, 1], device="cpu", pin_memory=True).cuda(non_blocking=True)
+        print(x.cuda() is x, x.pin_memory() is x, y.tolist())
+    """) == "True True [0, 1]"
 
 
 def test_type_strings_accept_cpu_tensors():

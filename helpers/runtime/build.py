@@ -13,7 +13,7 @@ from megatron.core.transformer.module import Float16Module
 from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
 
 from helpers.models import ModelPreset
-from helpers.runtime.modules import SequenceParallelNorm
+from helpers.runtime.modules import ContextParallelAttention, SequenceParallelNorm
 from helpers.spec import JobSpec
 
 
@@ -80,6 +80,8 @@ def block_spec(config: TransformerConfig, model: ModelPreset, vp_stage: int | No
     )
     layer.submodules.input_layernorm = SequenceParallelNorm
     layer.submodules.pre_mlp_layernorm = SequenceParallelNorm
+    if config.context_parallel_size > 1:  # Megatron's local attention refuses CP; use the kit's
+        layer.submodules.self_attention.submodules.core_attention = ContextParallelAttention
     n_layers = get_num_layers_to_build(config, vp_stage=vp_stage)
     return TransformerBlockSubmodules(layer_specs=[layer] * n_layers, layer_norm=SequenceParallelNorm)
 

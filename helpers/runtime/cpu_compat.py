@@ -24,12 +24,15 @@ def _is_cuda(device) -> bool:
 
 
 class _CudaToCpu(TorchFunctionMode):
-    """Rewrites `device="cuda"` literals (schedules, optimizer, clip_grads, MoE) to the CPU."""
+    """Rewrites `device="cuda"` literals (schedules, optimizer, clip_grads, MoE) to the CPU, and
+    drops `pin_memory=True` (page-locked buffers exist only for host-to-GPU copies; CP's RoPE)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if "device" in kwargs and _is_cuda(kwargs["device"]):
             kwargs["device"] = _CPU
+        if kwargs.get("pin_memory"):
+            kwargs["pin_memory"] = False
         return func(*args, **kwargs)
 
 
@@ -76,8 +79,9 @@ def activate() -> None:
 
     # Buffers and tensors are created on "the current CUDA device": make that the CPU.
     torch.cuda.current_device = lambda: _CPU
-    # `.cuda()` calls (optimizer state, distributed optimizer gloo path) become no-ops.
+    # `.cuda()` / `.pin_memory()` calls (optimizer state, CP RoPE indices) become no-ops.
     torch.Tensor.cuda = lambda self, *a, **k: self
+    torch.Tensor.pin_memory = lambda self, *a, **k: self
     # The model-parallel RNG tracker forks "the CUDA generator": use the CPU generator instead.
     torch.cuda.get_rng_state = _get_rng_state
     torch.cuda.set_rng_state = _set_rng_state

@@ -59,7 +59,12 @@ def _loss_func(loss_mask, scale, output_tensor):
 
 
 def _forward_step(device, scale, data_iterator, model):
+    from megatron.core import parallel_state as ps
+    from megatron.core.utils import get_batch_on_this_cp_rank
+
     batch = {k: v.to(device) for k, v in next(data_iterator).items()}
+    if ps.get_context_parallel_world_size() > 1:  # chunks r and 2*CP-1-r of the sequence
+        batch = get_batch_on_this_cp_rank(batch, is_hybrid_cp=False, cp_group=ps.get_context_parallel_group())
     output = model(batch["tokens"], batch["position_ids"], attention_mask=None, labels=batch["labels"])
     return output, partial(_loss_func, batch["loss_mask"], scale)
 
