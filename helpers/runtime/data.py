@@ -1,0 +1,245 @@
+"""Real data for the workers: text -> tokens -> Megatron's indexed dataset (.bin/.idx) -> Megatron's
+own GPTDataset (pretraining) or the kit's SFTDataset (fine-tuning), built by Megatron's
+BlendedMegatronDatasetBuilder with its index cache.
+
+Per node: local rank 0 of every node tokenizes the text into `<cache>/data/<key>/<host>/` and
+builds the datasets once *before* torch.distributed starts, so Megatron's builder runs in its
+single-process mode and writes the index cache (document/sample/shuffle indices) there; the other
+local ranks wait for its ready file. After the process groups exist every rank builds the same
+datasets from the cache (a cache hit). Nothing is shared between nodes except the recipe; every
+node's file hashes go into the report so a node that read different bytes is caught.
+
+Samples are addressed like the synthetic source: iteration i of a split takes samples
+[i * global_batch, (i + 1) * global_batch), each step of micro_batch * dp consecutive samples split
+across DP ranks, so every layout sees the same global batch in the same order."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import numpy
+import torch
+from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
+from megatron.core.datasets.blended_megatron_dataset_config import BlendedMegatronDatasetConfig
+from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+from megatron.core.datasets.indexed_dataset import DType, IndexedDataset, IndexedDatasetBuilder
+from megatron.core.datasets.megatron_dataset import MegatronDataset
+
+from helpers import datasource, paths, tokenizer as tokenizers
+from helpers.spec import JobSpec
+
+FORMAT = 1  # bump when tokenization or the on-disk layout changes (a new cache key)
+SPLITS = ("train", "valid", "test")
+
+
+# ---- sizes ------------------------------------------------------------------------------
+def sizes(spec: JobSpec) -> list[int]:
+    """Samples per split: training iterations, and eval_iters global batches for validation
+    (the same fixed set at every evaluation, so its curve is comparable) and for test."""
+    gb = spec.global_batch_size
+    return [max(1, spec.iters) * gb, spec.eval_iters * gb, spec.eval_iters * gb]
+
+
+# ---- preprocessing (text -> .bin/.idx) -------------------------------------------------------
+def _texts(src: datasource.Source) -> dict[str, list[str]]:
+    """Documents per split: WikiText articles, or SFT examples as JSON strings."""
+    if src.kind == "wikitext":
+        if src.origin == datasource.GENERATED:
+            return {s: datasource.articles(datasource.generated_wikitext(s)) for s in SPLITS}
+        read = {s: datasource.articles(Path(p).read_text(encoding="utf-8")) for s, p in src.files.items()}
+        if "train" not in read:  # no train file: carve train/valid out of the valid file's articles
+            arts = read["valid"]
+            cut = int(len(arts) * datasource.TRAIN_FRACTION)
+            read["train"], read["valid"] = arts[:cut], arts[cut:]
+        return read
+    if src.origin == datasource.GENERATED:
+        examples = {s: datasource.sft_examples(s) for s in SPLITS}
+    elif "jsonl" in src.files:
+        rows = datasource.read_jsonl(Path(src.files["jsonl"]))
+        a, b = int(len(rows) * 0.8), int(len(rows) * 0.9)
+        examples = {"train": rows[:a], "valid": rows[a:b], "test": rows[b:]}
+    else:
+        rows = {s: datasource.read_jsonl(Path(p)) for s, p in src.files.items()}
+        train = rows["train"]
+        tenth = max(1, len(train) // 10)
+        for i, s in enumerate(("valid", "test")):
+            if s not in rows:
+                rows[s] = train[len(train) - (2 - i) * tenth:len(train) - (1 - i) * tenth]
+        rows["train"] = train[:len(train) - tenth * sum(s not in src.files for s in ("valid", "test"))]
+        examples = rows
+    for s, ex in examples.items():
+        if not ex:
+            raise ValueError(f"SFT data: the {s} split is empty ({src.splits.get(s)}); give more examples")
+    return {s: [json.dumps(e) for e in ex] for s, ex in examples.items()}
+
+
+def _write_indexed(prefix: Path, docs: list[list[list[int]]], vocab: int) -> None:
+    """One document per entry, each a list of sequences (WikiText: [article]; SFT: [prompt, response])."""
+    builder = IndexedDatasetBuilder(str(prefix) + ".bin", dtype=DType.optimal_dtype(vocab))
+    for seqs in docs:
+        for s in seqs:
+            builder.add_item(torch.tensor(s, dtype=torch.int64))
+        builder.end_document()
+    builder.finalize(str(prefix) + ".idx")
+
+
+def _tokenize(src: datasource.Source, tok, out: Path) -> dict:
+    stats = {}
+    for split, texts in _texts(src).items():
+        if src.kind == "wikitext":
+            docs = [[ids + [tok.eod]] for ids in tok.encode_batch(texts)]
+        else:
+            ex = [json.loads(t) for t in texts]
+            prompts = tok.encode_batch([e["prompt"] for e in ex])
+            responses = tok.encode_batch([e["response"] for e in ex])
+            docs = [[p, r + [tok.eod]] for p, r in zip(prompts, responses)]
+        _write_indexed(out / split, docs, tok.vocab_size)
+        stats[split] = {"documents": len(docs), "tokens": sum(len(s) for d in docs for s in d)}
+    return stats
+
+
+def node_key(src: datasource.Source, tok) -> str:
+    """Cache key of the tokenized data: format, source files' bytes (or the generator), tokenizer."""
+    files = {k: tokenizers.sha256(Path(v)) for k, v in sorted(src.files.items())}
+    key = json.dumps([FORMAT, src.kind, src.origin, files, tok.unique_identifiers], sort_keys=True)
+    return hashlib.sha256(key.encode()).hexdigest()[:12]
+
+
+def _hash_dir(folder: Path) -> dict[str, str]:
+    return {p.name: tokenizers.sha256(p) for p in sorted(folder.glob("*.bin")) + sorted(folder.glob("*.idx"))}
+
+
+class Prepared:
+    """This node's tokenized data and the facts the report needs."""
+
+    def __init__(self, spec: JobSpec, src: datasource.Source):
+        self.spec, self.src = spec, src
+        tok_dir = Path(src.tokenizer_dir) if src.tokenizer_dir else None
+        self.tokenizer = tokenizers.load(spec.tokenizer, tok_dir)
+        self.host = socket.gethostname()
+        self.dir = paths.cache_dir() / "data" / f"{src.kind}-{spec.tokenizer}-{node_key(src, self.tokenizer)}" / self.host
+
+    def facts(self) -> dict:
+        return json.loads((self.dir / "facts.json").read_text())
+
+    def ensure_tokenized(self) -> None:
+        if (self.dir / "facts.json").exists():
+            return
+        tmp = self.dir.with_name(self.dir.name + f".tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        t0 = time.perf_counter()
+        stats = _tokenize(self.src, self.tokenizer, tmp)
+        tok_files = tokenizers.files(self.spec.tokenizer, Path(self.src.tokenizer_dir) if self.src.tokenizer_dir else None)
+        facts = {"host": self.host, "source": self.src.to_dict(), "splits": stats,
+                 "source_sha256": {k: tokenizers.sha256(Path(v)) for k, v in self.src.files.items()},
+                 "tokenizer": {"name": self.spec.tokenizer, "vocab_size": self.tokenizer.vocab_size,
+                               "sha256": {k: tokenizers.sha256(p) for k, p in tok_files.items()}},
+                 "indexed_sha256": _hash_dir(tmp), "tokenize_s": round(time.perf_counter() - t0, 3)}
+        (tmp / "facts.json").write_text(json.dumps(facts, indent=2))
+        if self.dir.exists():  # another job on this node finished first: keep theirs
+            shutil.rmtree(tmp)
+        else:
+            self.dir.parent.mkdir(parents=True, exist_ok=True)
+            tmp.rename(self.dir)
+
+    # ---- Megatron datasets -------------------------------------------------------------
+    def config(self):
+        common = dict(random_seed=self.spec.seed, sequence_length=self.spec.seq_len,
+                      blend_per_split=[([str(self.dir / s)], None) for s in SPLITS],
+                      path_to_cache=str(self.dir / "index-cache"), tokenizer=self.tokenizer)
+        if self.src.kind == "wikitext":
+            return GPTDatasetConfig(reset_position_ids=False, reset_attention_mask=False,
+                                    eod_mask_loss=False, create_attention_mask=False, **common)
+        return BlendedMegatronDatasetConfig(**common)
+
+    def build(self) -> dict:
+        cls = GPTDataset if self.src.kind == "wikitext" else SFTDataset
+        built = BlendedMegatronDatasetBuilder(cls, sizes(self.spec), lambda: True, self.config()).build()
+        return dict(zip(SPLITS, built))
+
+
+def prepare(run_dir: Path, spec: JobSpec) -> Prepared:
+    """Before torch.distributed starts: local rank 0 of each node tokenizes and builds the index
+    cache; the node's other ranks wait for its ready file (which names this node's hashes)."""
+    src = datasource.resolve(spec.data, spec.data_dir)
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    prep = Prepared(spec, src)
+    ready = Path(run_dir) / "logs" / f"data-ready-{prep.host}.json"
+    if local_rank == 0:
+        prep.ensure_tokenized()
+        prep.build()  # single-process mode: Megatron writes the index cache on this node
+        ready.write_text(json.dumps({"dir": str(prep.dir)}))
+    else:
+        deadline = time.monotonic() + spec.timeout_s
+        while not ready.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"local rank 0 on {prep.host} did not finish preparing the data "
+                                   f"({prep.dir}); see logs/rank*.log")
+            time.sleep(0.1)
+    return prep
+
+
+# ---- SFT ----------------------------------------------------------------------------------
+class SFTDataset(MegatronDataset):
+    """Prompt/response pairs, one per sample, **padded** (not packed) to seq_len: the local
+    attention has no per-document masking, so packing would let an example attend to the one
+    before it. Loss only on response tokens (and the closing end-of-document token). Stored as a
+    Megatron indexed dataset whose documents are [prompt, response] sequence pairs."""
+
+    @staticmethod
+    def numel_low_level_dataset(low_level_dataset: IndexedDataset) -> int:
+        return low_level_dataset.document_indices.shape[0] - 1
+
+    @staticmethod
+    def build_low_level_dataset(dataset_path: str, config) -> IndexedDataset:
+        return IndexedDataset(dataset_path, multimodal=False, mmap=config.mmap_bin_files)
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        # Epochs over this split's examples, each in its own seeded order (same on every rank).
+        n = len(self.indices)
+        epochs = -(-max(self.num_samples or n, 1) // n)
+        rng = numpy.random.RandomState(self.config.random_seed)
+        self.order = numpy.concatenate([self.indices[rng.permutation(n)] for _ in range(epochs)])
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, idx: int) -> dict:
+        doc = int(self.order[idx])
+        first = int(self.dataset.document_indices[doc])
+        prompt, response = (self.dataset[first].astype(numpy.int64), self.dataset[first + 1].astype(numpy.int64))
+        return sft_sample(prompt, response, self.config.sequence_length, self.config.tokenizer.pad)
+
+
+def sft_sample(prompt, response, seq_len: int, pad: int) -> dict:
+    """tokens/labels/loss_mask of one padded example. A prompt too long for seq_len loses its
+    beginning so that at least some response tokens are trained on; a long response is cut."""
+    keep = min(len(response), max(1, seq_len // 2))
+    prompt = prompt[max(0, len(prompt) - (seq_len + 1 - keep)):]
+    seq = numpy.concatenate([prompt, response])[:seq_len + 1]
+    n = len(seq) - 1  # predicted positions
+    tokens = numpy.full(seq_len, pad, dtype=numpy.int64)
+    labels = numpy.full(seq_len, pad, dtype=numpy.int64)
+    mask = numpy.zeros(seq_len, dtype=numpy.float32)
+    tokens[:n], labels[:n] = seq[:-1], seq[1:]
+    mask[max(0, len(prompt) - 1):n] = 1.0  # label j is seq[j + 1]: a response token from j = len(prompt) - 1
+    return {"tokens": torch.from_numpy(tokens), "labels": torch.from_numpy(labels),
+            "loss_mask": torch.from_numpy(mask), "position_ids": torch.arange(seq_len)}
+
+
+# ---- microbatches ---------------------------------------------------------------------------
+def microbatches(dataset, iteration: int, spec: JobSpec, dp_rank: int):
+    """This DP rank's microbatches of one iteration of a split (see the module docstring)."""
+    gb, mb, step = spec.global_batch_size, spec.micro_batch, spec.micro_batch * spec.dp
+    for first in range(iteration * gb, (iteration + 1) * gb, step):
+        lo = first + dp_rank * mb
+        samples = [dataset[i] for i in range(lo, lo + mb)]
+        yield {k: torch.stack([s[k] for s in samples]).contiguous()
+               for k in ("tokens", "labels", "loss_mask", "position_ids")}

@@ -1,0 +1,245 @@
+"""The smoke-test contract as a report card: `report.json`, eight checks, each pass|fail|skipped
+with its evidence. Every rank contributes (the gathers are collectives); rank 0 writes the file
+after every change, so a job that dies leaves a card whose unreached checks say so.
+
+Checks (in the contract's order):
+  process_groups   every rank got groups of the layout's sizes, and is a member of each
+  model            the model was built with this layout; parameters per rank
+  data             data and tokenizer resolved on every node; SHA-256 of the files per node
+  forward          the forward pass ran and gave a finite loss
+  backward         gradients were computed and synchronised: the grad norm is finite and equal on
+                   every rank, and after the optimizer step the parameters are bit-identical
+                   across data-parallel replicas (checksum all-gather; experts across EDP)
+  no_nan_no_skip   every iteration's loss finite, no skipped optimizer step
+  checkpoint       written in the expected layout (Megatron dist_checkpointing + the kit's record)
+                   and reloaded into the live model with bit-identical parameters
+  validation_test  validation (every eval_interval and after the last iteration) and test ran"""
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from helpers.runtime import rundir
+
+CHECKS = {
+    "process_groups": "process groups on every rank",
+    "model": "model built with the layout; parameters per rank",
+    "data": "data and tokenizer resolved on every node",
+    "forward": "forward ran (loss)",
+    "backward": "backward and gradient sync (grad norm equal; DP replicas identical)",
+    "no_nan_no_skip": "no NaN or skipped iteration",
+    "checkpoint": "checkpoint written in the expected layout and reloaded",
+    "validation_test": "validation and test ran",
+}
+NOT_REACHED = "not reached: the job stopped before this check"
+
+
+def _all_gather(obj) -> list:
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def param_checksums(model: list) -> dict:
+    """SHA-256 of this rank's dense and expert parameters (bytes, in name order). Expert
+    parameters are the ones Megatron marks `allreduce = False` (reduced over EDP, not DP)."""
+    dense, expert = hashlib.sha256(), hashlib.sha256()
+    for i, chunk in enumerate(model):
+        for name, p in sorted(chunk.named_parameters(), key=lambda kv: kv[0]):
+            h = dense if getattr(p, "allreduce", True) else expert
+            h.update(f"{i}.{name}".encode())
+            h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+    return {"dense": dense.hexdigest()[:16], "expert": expert.hexdigest()[:16]}
+
+
+class Report:
+    def __init__(self, run_dir: Path, spec):
+        self.path = Path(run_dir) / "report.json"
+        self.spec = spec
+        self.rank = dist.get_rank()
+        self.checks = {k: {"status": "fail", "title": t, "evidence": NOT_REACHED} for k, t in CHECKS.items()}
+        self.losses: dict[int, float] = {}
+        self.skipped: list[int] = []
+        self.grad_norms: dict[int, float] = {}
+        self.sync_problems: list[str] = []
+        self.sync_checked: list[int] = []
+        if spec.data == "synthetic":
+            self._set("data", "skipped", "synthetic token source (helpers/runtime/synthetic.py): no files, "
+                      "no tokenizer")
+            self._set("validation_test", "skipped", "synthetic token source has no validation/test split")
+        if not getattr(spec, "save_interval", None):
+            self._set("checkpoint", "skipped", "save_interval is not set: no checkpoint was asked for")
+        self._write()
+
+    # ---- bookkeeping -------------------------------------------------------------------
+    def _set(self, name: str, status: str, evidence) -> None:
+        self.checks[name].update(status=status, evidence=evidence)
+
+    def _write(self) -> None:
+        if self.rank != 0:
+            return
+        statuses = [c["status"] for c in self.checks.values()]
+        rundir.write_json(self.path, {
+            "passed": "fail" not in statuses,
+            "summary": {s: statuses.count(s) for s in ("pass", "fail", "skipped")},
+            "layout": self.spec.layout_name(), "data": self.spec.data, "tokenizer": self.spec.tokenizer,
+            "checks": [{"name": k, **v} for k, v in self.checks.items()],
+        })
+
+    # ---- the checks, in the order train.py reaches them --------------------------------
+    def groups(self) -> None:
+        """Collective."""
+        s = self.spec
+        want = {"tp": s.tp, "pp": s.pp, "cp": s.cp, "dp": s.dp, "ep": s.ep, "etp": s.expert_tp, "edp": s.edp}
+        mine = rundir.describe_process_groups()
+        problems = [f"{axis} group {mine.get(axis)} (size {len(mine.get(axis) or [])}, expected {n})"
+                    for axis, n in want.items() if len(mine.get(axis) or []) != n]
+        problems += [f"not a member of its {a} group" for a in want if self.rank not in (mine.get(a) or [self.rank])]
+        every = _all_gather(problems)
+        bad = {r: p for r, p in enumerate(every) if p}
+        sizes = " ".join(f"{k.upper()}{v}" for k, v in want.items())
+        self._set("process_groups", "fail" if bad else "pass",
+                  {"ranks_reporting": len(every), "group_sizes": sizes, "problems": bad} if bad else
+                  f"{len(every)}/{dist.get_world_size()} ranks; every rank's groups have sizes {sizes}")
+        self._write()
+
+    def model(self, model: list) -> None:
+        """Collective."""
+        n = sum(p.numel() for chunk in model for p in chunk.parameters())
+        counts = _all_gather(n)
+        ok = all(c > 0 for c in counts)
+        self._set("model", "pass" if ok else "fail", {
+            "layout": self.spec.layout_name(), "model": self.spec.model,
+            "parameters_per_rank": {str(r): c for r, c in enumerate(counts)}})
+        self._write()
+
+    def data(self, prepared) -> None:
+        """Collective (no-op for synthetic data, but every rank must call it the same way)."""
+        if prepared is None:
+            return
+        facts = prepared.facts()
+        mine = {"host": prepared.host, "source_sha256": facts["source_sha256"],
+                "tokenizer_sha256": facts["tokenizer"]["sha256"], "indexed_sha256": facts["indexed_sha256"],
+                "origin": facts["source"]["origin"]}
+        every = _all_gather(mine)
+        nodes: dict[str, dict] = {}
+        for r, f in enumerate(every):
+            node = nodes.setdefault(f["host"], {**{k: v for k, v in f.items() if k != "host"}, "ranks": []})
+            node["ranks"].append(r)
+            if {k: v for k, v in f.items() if k != "host"} != {k: v for k, v in node.items() if k != "ranks"}:
+                node.setdefault("inconsistent_ranks", []).append(r)
+        views = [{k: v for k, v in n.items() if k not in ("ranks", "inconsistent_ranks")} for n in nodes.values()]
+        same = all(v == views[0] for v in views) and not any("inconsistent_ranks" in n for n in nodes.values())
+        self._set("data", "pass" if same else "fail", {
+            "data": self.spec.data, "tokenizer": self.spec.tokenizer, "splits": facts["source"]["splits"],
+            "tokens": facts["splits"], "nodes": nodes,
+            "note": "every node read the same bytes" if same else "nodes (or ranks) read different files"})
+        self._write()
+
+    def loss(self, iteration: int, loss: float) -> None:
+        """Before the NaN guard of train.py raises: the card records the failing iteration."""
+        self.losses[iteration] = loss
+        if iteration == min(self.losses):
+            ok = math.isfinite(loss)
+            self._set("forward", "pass" if ok else "fail", f"iteration {iteration}: loss {loss:.6f}")
+        if not math.isfinite(loss):
+            self._set("no_nan_no_skip", "fail", f"loss is {loss} at iteration {iteration}")
+            self._write()
+
+    def step(self, iteration: int, ok: bool, grad_norm, model: list, check_replicas: bool) -> None:
+        """After the optimizer step (collective when check_replicas)."""
+        if not ok:
+            self.skipped.append(iteration)
+        gn = float(grad_norm) if grad_norm is not None else float("nan")
+        self.grad_norms[iteration] = gn
+        if check_replicas:
+            self.sync_checked.append(iteration)
+            facts = _all_gather({"grad_norm": gn, "sums": param_checksums(model),
+                                 "dp_cp": dist.get_process_group_ranks(self._dp_cp()),
+                                 "edp": dist.get_process_group_ranks(self._edp())})
+            norms = {f["grad_norm"] for f in facts}
+            if len(norms) != 1:
+                self.sync_problems.append(f"iteration {iteration}: grad norms differ across ranks: {sorted(norms)}")
+            for r, f in enumerate(facts):
+                for kind, group in (("dense", "dp_cp"), ("expert", "edp")):
+                    peers = {facts[q]["sums"][kind] for q in f[group]}
+                    if len(peers) != 1:
+                        self.sync_problems.append(f"iteration {iteration}: {kind} parameters differ across "
+                                                  f"replicas {f[group]} (seen from rank {r})")
+            self._replica_groups = {"dp_cp": sorted({tuple(f["dp_cp"]) for f in facts}),
+                                    "edp": sorted({tuple(f["edp"]) for f in facts})}
+        self._update_training()
+
+    @staticmethod
+    def _dp_cp():
+        from megatron.core import parallel_state as ps
+        return ps.get_data_parallel_group(with_context_parallel=True)
+
+    @staticmethod
+    def _edp():
+        from megatron.core import parallel_state as ps
+        return ps.get_expert_data_parallel_group()
+
+    def _update_training(self) -> None:
+        norms = list(self.grad_norms.values())
+        finite = all(math.isfinite(g) and g > 0 for g in norms)
+        groups = getattr(self, "_replica_groups", {})
+        self._set("backward", "pass" if finite and not self.sync_problems and self.sync_checked else "fail", {
+            "grad_norm": {str(k): v for k, v in self.grad_norms.items()},
+            "grad_norm_equal_on_every_rank": not any("grad norms" in p for p in self.sync_problems),
+            "replicas_identical_after_step_at_iterations": self.sync_checked,
+            "dp_replica_groups": [list(g) for g in groups.get("dp_cp", [])],
+            "expert_replica_groups": [list(g) for g in groups.get("edp", [])],
+            "problems": self.sync_problems[:8]})
+        bad = [i for i, v in self.losses.items() if not math.isfinite(v)]
+        if bad or self.skipped:
+            self._set("no_nan_no_skip", "fail", {"non_finite_loss_at": bad, "skipped_steps": self.skipped})
+        else:
+            self._set("no_nan_no_skip", "pass", f"{len(self.losses)} iterations, every loss finite, "
+                      f"no skipped step")
+        self._write()
+
+    def checkpoint(self, spec, run_dir, model, opt, model_desc, beat) -> None:
+        """Collective. The latest checkpoint of this run: verified against the kit's layout record
+        and Megatron's integrity file, then loaded back into the live model; its parameters must
+        come back bit-identical (the save happened after the last step)."""
+        if not getattr(spec, "save_interval", None):
+            return
+        from helpers import checkpoints
+        from helpers.runtime import checkpoint
+
+        try:
+            root = checkpoint.save_root(spec, run_dir)
+            latest = checkpoints.latest(root)
+            if latest is None:
+                raise FileNotFoundError(f"no `{checkpoints.TRACKER}` under {root}")
+            info = checkpoints.verify(latest, model_desc.to_dict())
+            before = param_checksums(model)
+            checkpoint.load(latest, model, opt, spec, model_desc, beat)
+            after = param_checksums(model)
+            same = _all_gather(before == after)
+            files = sorted(p.name for p in Path(latest).iterdir())
+            status = "pass" if all(same) and info["iteration"] == spec.iters else "fail"
+            evidence = {"path": str(latest), "iteration": info["iteration"], "layout": info["layout"],
+                        "files": files[:12] + ([f"... {len(files) - 12} more"] if len(files) > 12 else []),
+                        "reloaded_identical_on_ranks": f"{sum(same)}/{len(same)}"}
+        except Exception as e:  # the card says what went wrong instead of killing the job
+            status, evidence = "fail", f"{type(e).__name__}: {e}"
+        self._set("checkpoint", status, evidence)
+        self._write()
+
+    def evaluation(self, records: list[dict]) -> None:
+        if self.spec.data == "synthetic":
+            return
+        valid = [r for r in records if r["split"] == "valid"]
+        test = [r for r in records if r["split"] == "test"]
+        ok = valid and test and all(math.isfinite(r["loss"]) for r in valid + test)
+        self._set("validation_test", "pass" if ok else "fail", {
+            "validation": {str(r["iteration"]): r["loss"] for r in valid},
+            "test": test[-1]["loss"] if test else None,
+            "batches_per_pass": self.spec.eval_iters, "global_batch": self.spec.global_batch_size})
+        self._write()
