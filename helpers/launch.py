@@ -90,6 +90,30 @@ def validate(spec: JobSpec) -> None:
         layout_of(spec).check(model_of(spec), devices=devices)
     except InvalidLayout as e:
         raise InvalidJob(str(e)) from None
+    check_checkpoint_request(spec)
+
+
+def check_checkpoint_request(spec: JobSpec) -> None:
+    """save/load/eval fields make sense, and every checkpoint to load is complete and holds this
+    model (checked here, before any process starts; workers check again on their own node)."""
+    from helpers import checkpoints
+
+    if spec.save_interval is not None and spec.save_interval < 1:
+        raise InvalidJob(f"save_interval must be >= 1 or None, not {spec.save_interval}")
+    if spec.eval_only and not spec.load_dir:
+        raise InvalidJob("eval_only needs load_dir (the checkpoint(s) to evaluate)")
+    dirs = spec.load_dir if isinstance(spec.load_dir, list) else [spec.load_dir] if spec.load_dir else []
+    if len(dirs) > 1 and not spec.eval_only:
+        raise InvalidJob("load_dir may list several checkpoints only with eval_only=True")
+    for d in dirs:
+        path = os.path.expandvars(str(d))
+        if "$" in path:
+            continue  # names a node-local variable: the workers check it on their node
+        try:
+            info = checkpoints.verify(path, model_of(spec).to_dict())
+            checkpoints.check_optimizer(info, spec.dist_opt, spec.load_optimizer and not spec.eval_only)
+        except checkpoints.CheckpointError as e:
+            raise InvalidJob(str(e)) from None
 
 
 # ---- running ---------------------------------------------------------------------------

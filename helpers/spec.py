@@ -43,6 +43,14 @@ class JobSpec:
     # Start the process groups, write groups.json and stop: no model, no data (helpers.probe uses it
     # to show the live groups of layouts whose model the local backend cannot build yet, e.g. CP).
     groups_only: bool = False
+    # Checkpoints (helpers/runtime/checkpoint.py). Paths may use $VARS, expanded on each node.
+    save_interval: int | None = None  # save every N iterations (and after the last); None = never
+    save_dir: str | None = None  # None = <run_dir>/checkpoints
+    load_dir: str | list | None = None  # resume from its `latest` (or an iter_* folder); None = fresh start
+    load_optimizer: bool = True  # False: load the model only (fresh optimizer, e.g. another optimizer kind)
+    # Evaluate load_dir's checkpoint (a path or a list of paths) on a fixed batch, forward only,
+    # and write eval.json; no training.
+    eval_only: bool = False
 
     # ---- derived sizes -------------------------------------------------------------
     @property

@@ -94,6 +94,8 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     if spec.groups_only:  # before the model is built: the local spec cannot build every layout (CP)
         rundir.write_groups(run_dir)
         return
+    from helpers.runtime import preflight
+    preflight.check(spec, beat)  # multi-node: every node sees the same data/checkpoint files
     beat("building the model")
     bf16 = spec.precision == "bf16"
     model_desc = models.preset(spec.model).with_(**spec.model_overrides)
@@ -103,13 +105,16 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         checkpoint.save_model(chunks, seed_out)
         return
     if spec.seed_checkpoint:
-        checkpoint.load_model(chunks, Path(spec.env["KIT_SEED_CHECKPOINT"]))
+        checkpoint.load_model(chunks, Path(os.path.expandvars(spec.env["KIT_SEED_CHECKPOINT"])))
     model = build.wrap_ddp(config, chunks, spec, device)
     opt = build.optimizer(config, model, spec)
     # What Megatron's own training loop wires into the schedule.
     config.finalize_model_grads_func = finalize_model_grads
     config.grad_scale_func = opt.scale_loss
     config.no_sync_func = [m.no_sync for m in model] if len(model) > 1 else model[0].no_sync
+    start = checkpoint.resume(spec, run_dir, model, opt, model_desc, beat)  # 0 unless load_dir
+    if spec.eval_only:
+        return checkpoint.evaluate_only(spec, run_dir, model, model_desc, beat, device)
 
     beat("recording process groups")
     rundir.write_groups(run_dir)
@@ -120,7 +125,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     inst = instrument.Instruments(model, device)  # comm.jsonl, timeline.jsonl, ranks.json extras
     dp_rank = ps.get_data_parallel_rank()
     tokens_per_iter = spec.global_batch_size * spec.seq_len
-    for it in range(spec.iters):
+    for it in range(start, spec.iters):
         t0 = time.perf_counter()
         scale = faults.maybe_inject(it + 1, rank)
         beat("forward/backward", it + 1)
@@ -155,7 +160,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         record = {"iteration": it + 1, "time": time.time(), "loss": loss, "grad_norm": float(grad_norm or 0.0),
                   "lr": spec.lr, "skipped": not ok, "step_time_s": step,
                   "tokens_per_s": tokens_per_iter / step}
-        if it == 0:
+        if it == start:
             static = rundir.gather_to_rank0({**memory_stats.static_memory(model, opt), **inst.rank_facts()})
             if rank == 0:
                 rundir.write_json(run_dir / "ranks.json", {
@@ -163,6 +168,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         record.update(memory_stats.device_memory(device))
         metrics.write(record)
         beat("iteration done", it + 1)
+        checkpoint.maybe_save(spec, run_dir, it + 1, model, opt, model_desc, beat, device)
     inst.finish(run_dir)
 
 
