@@ -1,38 +1,30 @@
-"""Layout: the parallel sizes of a job, what they imply, and whether they fit a model.
+"""Layout: the parallel sizes of a job, what they imply, whether they fit a model, and which
+rank lands in which group.
 
-`Layout.validate(model)` returns every violated constraint (name, numbers, suggested fix);
-`Layout.check(model)` raises one `InvalidLayout` listing them all. The job runner calls it
-before any process starts. Rank grids come from Megatron-Core's own RankGenerator."""
+`Layout.validate(model)` returns every violated constraint (name, numbers, suggested fix; the
+rules live in helpers/constraints.py); `Layout.check(model)` raises one `InvalidLayout` listing
+them all. The job runner calls it before any process starts. `Layout.rank_groups()` asks
+Megatron-Core's own RankGenerator, the code `initialize_model_parallel` runs, so the prediction
+cannot drift from what a live job gets."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import functools
+import warnings
+from dataclasses import dataclass
 
+from helpers import constraints
+from helpers.constraints import InvalidLayout, Violation, divisors  # noqa: F401  (re-exported)
 from helpers.models import ModelPreset
+from helpers.spec import JobSpec
 
-
-@dataclass(frozen=True)
-class Violation:
-    name: str  # stable identifier, e.g. "heads_divisible_by_tp"
-    message: str  # the numbers involved, in words
-    fix: str  # a suggested change
-
-    def __str__(self) -> str:
-        return f"[{self.name}] {self.message} -> {self.fix}"
-
-
-class InvalidLayout(ValueError):
-    def __init__(self, violations: list[Violation]):
-        self.violations = violations
-        lines = "\n".join(f"  - {v}" for v in violations)
-        super().__init__(f"invalid layout ({len(violations)} problem(s)):\n{lines}")
-
-    @property
-    def names(self) -> list[str]:
-        return [v.name for v in self.violations]
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+# Megatron's default rank order (initialize_model_parallel's `order`): the leftmost axis varies
+# fastest, so TP peers are neighbouring ranks, i.e. GPUs of one node joined by NVLink; PP, whose
+# traffic is one activation per microbatch, varies slowest and may cross nodes.
+ORDER = "tp-cp-ep-dp-pp"
+# Axis name -> RankGenerator token, as parallel_state builds each group.
+DENSE_TOKENS = {"tp": "tp", "cp": "cp", "dp": "dp", "dp_cp": "dp-cp", "pp": "pp",
+                "mp": "tp-pp"}  # get_model_parallel_group: tensor x pipeline (no CP, no DP)
+EXPERT_TOKENS = {"etp": "tp", "ep": "ep", "edp": "dp"}  # on the expert generator, whose "tp" is ETP
 
 
 @dataclass(frozen=True)
@@ -51,7 +43,12 @@ class Layout:
     seq_len: int = 64
     first_stage_layers: int | None = None  # uneven pipeline: layers on the first stage
     last_stage_layers: int | None = None  # uneven pipeline: layers on the last stage
-    backend: str = "local"  # attention/norm implementation: "local" (no TE) or "te"
+    backend: str = "local"  # "local": the kit's worker, no TE; "te": Megatron-Core with Transformer Engine
+
+    @classmethod
+    def on(cls, nodes: int, gpus_per_node: int, **sizes) -> "Layout":
+        """A layout filling `nodes` x `gpus_per_node` devices."""
+        return cls(world_size=nodes * gpus_per_node, gpus_per_node=gpus_per_node, **sizes)
 
     # ---- derived sizes -------------------------------------------------------------
     @property
@@ -75,153 +72,92 @@ class Layout:
         return self.global_batch if self.global_batch is not None else self.micro_batch * self.dp
 
     @property
+    def num_microbatches(self) -> int:
+        return self.global_batch_size // (self.micro_batch * self.dp)
+
+    @property
     def nodes(self) -> int:
         per = self.gpus_per_node or self.world
         return -(-self.world // per)
+
+    def describe(self) -> str:
+        dense = f"TP{self.tp} CP{self.cp} DP{self.dp} PP{self.pp}" + (f" VPP{self.vpp}" if self.vpp else "")
+        return (f"{self.world} ranks on {self.nodes} node(s): dense {dense}{' +SP' if self.sp else ''}; "
+                f"experts ETP{self.expert_tp} EP{self.ep} EDP{self.edp} PP{self.pp}")
 
     # ---- validation ----------------------------------------------------------------
     def validate(self, model: ModelPreset, devices: int | None = None) -> list[Violation]:
         """Every constraint this layout breaks for `model` (empty list = valid).
         `devices`: accelerators available (None = CPU processes, no limit)."""
-        v: list[Violation] = []
-        add = lambda name, msg, fix: v.append(Violation(name, msg, fix))  # noqa: E731
-        sizes = dict(tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, etp=self.expert_tp,
-                     vpp=self.vpp or 1, micro_batch=self.micro_batch, seq_len=self.seq_len)
-        for k, val in sizes.items():
-            if val < 1:
-                add("size_positive", f"{k}={val} must be >= 1", f"set {k} to 1 or more")
-        if v:
-            return v
-        dense = self.tp * self.pp * self.cp
-        if self.world % dense:
-            add("world_divisible_dense",
-                f"world size {self.world} is not divisible by tp*pp*cp = {self.tp}*{self.pp}*{self.cp} = {dense}",
-                f"use a world size that is a multiple of {dense}")
-        expert = self.expert_tp * self.ep * self.pp
-        if self.world % expert:
-            add("world_divisible_expert",
-                f"world size {self.world} is not divisible by etp*ep*pp = {self.expert_tp}*{self.ep}*{self.pp} = {expert}",
-                f"use a world size that is a multiple of {expert}, or change ep/etp")
-        if self.gpus_per_node and self.world % self.gpus_per_node:
-            add("world_divisible_nodes",
-                f"world size {self.world} is not a multiple of gpus_per_node={self.gpus_per_node}",
-                "use whole nodes")
-        if devices is not None and self.world > devices:
-            add("not_enough_devices", f"{self.world} processes but only {devices} device(s) available",
-                f"use at most {devices} processes, or run on CPU")
-        # Attention and MLP split across TP.
-        if model.num_attention_heads % self.tp:
-            add("heads_divisible_by_tp",
-                f"{model.num_attention_heads} attention heads are not divisible by tp={self.tp}",
-                f"use tp in {_divisors(model.num_attention_heads)}")
-        if model.kv_heads % self.tp:
-            add("query_groups_divisible_by_tp",
-                f"{model.kv_heads} query groups (KV heads) are not divisible by tp={self.tp}",
-                f"use tp in {_divisors(model.kv_heads)}")
-        if model.ffn_hidden_size % self.tp:
-            add("ffn_divisible_by_tp", f"ffn_hidden_size {model.ffn_hidden_size} is not divisible by tp={self.tp}",
-                f"use tp in {_divisors(model.ffn_hidden_size)[:12]}")
-        if model.hidden_size % self.tp:
-            add("hidden_divisible_by_tp", f"hidden_size {model.hidden_size} is not divisible by tp={self.tp}",
-                "use a tp that divides hidden_size")
-        if model.vocab_size % self.tp:
-            pass  # Megatron pads the vocabulary to a multiple of tp; not an error.
-        # Sequence parallel.
-        if self.sp and self.tp == 1:
-            add("sp_requires_tp", "sequence parallel splits activations across TP ranks but tp=1",
-                "set tp >= 2 or turn sp off")
-        if model.is_moe and self.tp > 1 and not self.sp:
-            add("moe_tp_requires_sp", f"MoE layers with tp={self.tp} require sequence parallel in Megatron-Core",
-                "turn sp on")
-        if self.sp and (self.seq_len // max(self.cp, 1)) % self.tp:
-            add("seq_divisible_by_tp_for_sp",
-                f"sequence length per CP rank {self.seq_len // self.cp} is not divisible by tp={self.tp}",
-                "use a sequence length that is a multiple of tp*cp")
-        # Pipeline.
-        v += self._pipeline_violations(model)
-        # Experts.
-        if model.is_moe:
-            if model.num_experts % self.ep:
-                add("experts_divisible_by_ep", f"{model.num_experts} experts are not divisible by ep={self.ep}",
-                    f"use ep in {_divisors(model.num_experts)}")
-            moe_ffn = model.moe_ffn_hidden_size or model.ffn_hidden_size
-            if moe_ffn % self.expert_tp:
-                add("expert_ffn_divisible_by_etp",
-                    f"expert ffn size {moe_ffn} is not divisible by etp={self.expert_tp}",
-                    f"use etp in {_divisors(moe_ffn)[:12]}")
-        elif self.ep > 1:
-            add("ep_requires_moe", f"ep={self.ep} but model {model.name} has no experts",
-                "set ep=1 or choose a MoE model")
-        # Context parallel.
-        if self.cp > 1 and self.seq_len % (2 * self.cp):
-            add("seq_divisible_by_2cp",
-                f"sequence length {self.seq_len} is not divisible by 2*cp = {2 * self.cp} "
-                "(causal load balancing gives each CP rank two chunks)",
-                f"use a sequence length that is a multiple of {2 * self.cp}")
-        if self.cp > 1 and self.backend == "local":
-            add("cp_needs_te_attention",
-                "context parallel needs Transformer Engine's attention; Megatron-Core's local "
-                "DotProductAttention refuses cp>1 and the kit's own CP attention is not built yet",
-                "set cp=1, or install Transformer Engine (GPU)")
-        if self.seq_len > model.max_seq_len:
-            add("seq_len_too_long", f"seq_len {self.seq_len} exceeds the model's {model.max_seq_len}",
-                f"use seq_len <= {model.max_seq_len}")
-        # Batch.
-        if self.world % dense == 0:
-            per_step = self.micro_batch * self.dp
-            if self.global_batch_size % per_step:
-                add("global_batch_divisible",
-                    f"global batch {self.global_batch_size} is not divisible by micro_batch*dp = "
-                    f"{self.micro_batch}*{self.dp} = {per_step}",
-                    f"use a global batch that is a multiple of {per_step}")
-            elif self.vpp and self.pp > 1 and (self.global_batch_size // per_step) % self.pp:
-                add("microbatches_divisible_by_pp_for_vpp",
-                    f"interleaved schedule needs the number of microbatches "
-                    f"({self.global_batch_size // per_step}) to be a multiple of pp={self.pp}",
-                    f"use a global batch that is a multiple of {per_step * self.pp}")
-        return v
-
-    def _pipeline_violations(self, model: ModelPreset) -> list[Violation]:
-        v = []
-        L, pp, vpp = model.num_layers, self.pp, self.vpp or 1
-        first, last = self.first_stage_layers, self.last_stage_layers
-        if self.vpp and pp == 1:
-            v.append(Violation("vpp_requires_pp", f"vpp={self.vpp} needs pp > 1", "set pp >= 2 or vpp off"))
-        if (first is not None or last is not None) and pp == 1:
-            v.append(Violation("uneven_requires_pp", "uneven first/last stage layers need pp > 1",
-                               "set pp >= 2"))
-            return v
-        if first is None and last is None:
-            if L % (pp * vpp):
-                fix = (f"use pp*vpp dividing {L} (pp in {_divisors(L)})" if vpp == 1
-                       else f"use pp*vpp dividing {L}")
-                if vpp == 1 and pp > 1:
-                    f_, l_ = self.suggest_uneven(L, pp)
-                    fix += f", or an uneven split: first_stage_layers={f_}, last_stage_layers={l_}"
-                v.append(Violation("layers_divisible_by_pp",
-                                   f"{L} layers are not divisible by pp*vpp = {pp}*{vpp} = {pp * vpp}", fix))
-            return v
-        rest = L - (first or 0) - (last or 0)
-        middle = pp - (first is not None) - (last is not None)
-        if rest < 0 or (middle == 0 and rest != 0) or (middle > 0 and (rest % middle or rest // middle < 1)):
-            f_, l_ = self.suggest_uneven(L, pp)
-            v.append(Violation("uneven_split_invalid",
-                               f"first={first}, last={last} leaves {rest} layers for {middle} middle stage(s)",
-                               f"e.g. first_stage_layers={f_}, last_stage_layers={l_}"))
-        return v
-
-    @staticmethod
-    def suggest_uneven(num_layers: int, pp: int) -> tuple[int, int]:
-        """First/last stage layer counts that make `num_layers` fit `pp` stages, keeping the middle
-        stages equal and the first stage the heavier one (it has no loss head).
-        27 layers, pp=2 -> (14, 13)."""
-        if pp == 2:
-            return (num_layers + 1) // 2, num_layers // 2
-        base = num_layers // pp
-        rest = num_layers - base * (pp - 2)
-        return (rest + 1) // 2, rest // 2
+        return constraints.check_all(self, model, devices)
 
     def check(self, model: ModelPreset, devices: int | None = None) -> None:
         problems = self.validate(model, devices)
         if problems:
             raise InvalidLayout(problems)
+
+    def advice(self) -> list[str]:
+        """Valid but costly choices (not errors)."""
+        out = []
+        per = self.gpus_per_node
+        if per and self.tp > per:
+            out.append(f"TP={self.tp} spans nodes (gpus_per_node={per}): TP all-reduces/all-gathers "
+                       "in every layer; keep TP inside a node")
+        if per and self.tp * self.cp > per and self.cp > 1:
+            out.append(f"TP*CP={self.tp * self.cp} spans nodes: CP exchanges keys/values every layer")
+        if per and self.expert_tp * self.ep > per and self.ep > 1:
+            out.append(f"ETP*EP={self.expert_tp * self.ep} spans nodes: the MoE all-to-all crosses the network")
+        return out
+
+    @staticmethod
+    def suggest_uneven(num_layers: int, pp: int) -> tuple[int, int]:
+        return constraints.suggest_uneven(num_layers, pp)
+
+    def job_spec(self, model: str, **job) -> JobSpec:
+        """The JobSpec that runs this layout on one host (launch.layout_of is the inverse)."""
+        return JobSpec(tp=self.tp, pp=self.pp, vpp=self.vpp, cp=self.cp, ep=self.ep, etp=self.etp, sp=self.sp,
+                       nproc=self.world, micro_batch=self.micro_batch, global_batch=self.global_batch,
+                       seq_len=self.seq_len, first_stage_layers=self.first_stage_layers,
+                       last_stage_layers=self.last_stage_layers, model=model, **job)
+
+    # ---- rank grids ----------------------------------------------------------------
+    def rank_groups(self, order: str = ORDER) -> dict[str, list[list[int]]]:
+        """{axis: [[ranks of group 0], [ranks of group 1], ...]} for tp, cp, dp, dp_cp, pp, mp,
+        ep, etp, edp and embedding (first and last stage of each pipeline). `order` is Megatron's
+        (change it only to see why Megatron chose its default)."""
+        bad = [v for v in constraints.sizes(self, None, None) + constraints.world(self, None, None)
+               if v.name != "world_divisible_nodes"]
+        if bad:
+            raise InvalidLayout(bad)
+        groups = _rank_groups(self.tp, self.cp, self.pp, self.world, self.expert_tp, self.ep, order)
+        return {axis: [list(g) for g in gs] for axis, gs in groups.items()}
+
+    def groups_of(self, rank: int) -> dict[str, list[int]]:
+        """The group of every axis that `rank` belongs to (the shape of one groups.json entry)."""
+        return {axis: next(g for g in gs if rank in g)
+                for axis, gs in self.rank_groups().items() if any(rank in g for g in gs)}
+
+    def placement(self) -> dict[int, tuple[int, int]]:
+        """{rank: (node, local device)}: torchrun numbers ranks node by node."""
+        per = self.gpus_per_node or self.world
+        return {r: (r // per, r % per) for r in range(self.world)}
+
+    def nodes_of(self, ranks: list[int]) -> list[int]:
+        """The nodes a group of ranks touches (one node = its traffic stays on NVLink)."""
+        place = self.placement()
+        return sorted({place[r][0] for r in ranks})
+
+
+@functools.cache  # the pictures and widgets ask for the same grids repeatedly
+def _rank_groups(tp: int, cp: int, pp: int, world: int, etp: int, ep: int, order: str) -> dict[str, tuple]:
+    """Megatron-Core's two RankGenerators, built as initialize_model_parallel builds them: dense
+    (tp, cp, dp, pp; ep=1) and expert (etp, ep, edp, pp; cp=1), with the same order string."""
+    with warnings.catch_warnings():  # importing megatron.core warns about missing TE/apex
+        warnings.simplefilter("ignore")
+        from megatron.core.parallel_state import RankGenerator, default_embedding_ranks
+    dense = RankGenerator(tp=tp, ep=1, dp=world // (tp * cp * pp), pp=pp, cp=cp, order=order)
+    expert = RankGenerator(tp=etp, ep=ep, dp=world // (etp * ep * pp), pp=pp, cp=1, order=order)
+    groups = {axis: dense.get_ranks(token) for axis, token in DENSE_TOKENS.items()}
+    groups.update({axis: expert.get_ranks(token) for axis, token in EXPERT_TOKENS.items()})
+    groups["embedding"] = [default_embedding_ranks(ranks) for ranks in groups["pp"]]
+    return {axis: tuple(tuple(g) for g in gs) for axis, gs in groups.items()}

@@ -168,6 +168,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         record.update(memory_stats.device_memory(device))
         metrics.write(record)
         beat("iteration done", it + 1)
+    memory_stats.write_device_peaks(run_dir, device)  # every rank's peak (metrics.jsonl: rank 0's)
         checkpoint.maybe_save(spec, run_dir, it + 1, model, opt, model_desc, beat, device)
     inst.finish(run_dir)
 

@@ -1,0 +1,43 @@
+"""Live process groups without training: torchrun starts the layout's ranks, Megatron-Core's
+`initialize_model_parallel` builds the groups, every rank reports them to groups.json, and the job
+stops before any model exists (JobSpec.groups_only).
+
+Why not `helpers.launch.run`: the runner refuses layouts the local backend cannot *train* (e.g.
+CP > 1 needs TE attention), but their process groups are still Megatron's to build and worth
+checking. Only the `backend` category of violations is waived here; every other constraint of
+`Layout.validate` still applies."""
+from __future__ import annotations
+
+from helpers import launch, models, paths
+from helpers.constraints import InvalidLayout
+from helpers.layout import Layout
+from helpers.results import RunDir
+
+
+def live_groups(layout: Layout, model: str = "tiny-gpt", out: str | None = None, timeout_s: float = 300) -> RunDir:
+    """Start `layout` on CPU just long enough to record its process groups; return the RunDir
+    (its `.groups` is {rank: {axis: ranks}})."""
+    problems = [v for v in layout.validate(models.preset(model)) if v.category != "backend"]
+    if problems:
+        raise InvalidLayout(problems)
+    spec = layout.job_spec(model, iters=0, device="cpu", groups_only=True, seed_checkpoint=False,
+                           timeout_s=timeout_s, name=f"groups-{model}", out=out or str(paths.runs_dir()))
+    spec = launch.resolve(spec)
+    run_dir = launch._new_run_dir(spec)  # the runner's own helpers: same env, logs and teardown
+    spec.write(run_dir / "spec.json")
+    return launch._execute(run_dir, spec, [], progress=False)
+
+
+def mismatches(layout: Layout, live: dict[int, dict]) -> list[str]:
+    """Where a live job's groups (RunDir.groups) differ from Layout.rank_groups(); [] = identical.
+    An axis the rank does not take part in (embedding on a middle pipeline stage) is absent on
+    both sides."""
+    out = []
+    if sorted(live) != list(range(layout.world)):
+        out.append(f"live ranks {sorted(live)} != 0..{layout.world - 1}")
+    for rank, axes in sorted(live.items()):
+        predicted = layout.groups_of(rank)
+        for axis in sorted(set(predicted) | set(axes)):
+            if predicted.get(axis) != axes.get(axis):
+                out.append(f"rank {rank} {axis}: predicted {predicted.get(axis)}, live {axes.get(axis)}")
+    return out
