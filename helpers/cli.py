@@ -34,6 +34,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--global-batch", type=int, default=None, help="default: micro_batch * dp")
     p.add_argument("--seq-len", type=int, default=d.seq_len)
     p.add_argument("--lr", type=float, default=d.lr)
+    p.add_argument("--data", choices=["synthetic", "wikitext", "sft"], default=d.data,
+                   help="synthetic tokens, WikiText-2 (continued pretraining) or prompt/response SFT")
+    p.add_argument("--tokenizer", choices=["byte", "gpt2", "qwen3"], default=d.tokenizer)
+    p.add_argument("--data-dir", default=None,
+                   help="data folder (default KIT_DATA_DIR), an SFT .jsonl file, or 'generated'")
+    p.add_argument("--eval-interval", type=int, default=d.eval_interval,
+                   help="validate every K iterations (0 = after the last only)")
+    p.add_argument("--eval-iters", type=int, default=d.eval_iters, help="global batches per validation/test")
     p.add_argument("--moe-dispatcher", choices=["alltoall", "allgather"], default=d.moe_dispatcher)
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device)
     p.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=d.precision)
@@ -57,7 +65,9 @@ def spec_from_args(a: argparse.Namespace) -> JobSpec:
     return JobSpec(tp=a.tp, pp=a.pp, vpp=a.vpp, cp=a.cp, ep=a.ep, etp=a.etp, sp=a.sp, dist_opt=a.dist_opt,
                    nproc=a.nproc, first_stage_layers=a.first_stage_layers, last_stage_layers=a.last_stage_layers,
                    model=a.model, iters=a.iters, micro_batch=a.micro_batch, global_batch=a.global_batch,
-                   seq_len=a.seq_len, lr=a.lr, moe_dispatcher=a.moe_dispatcher, device=a.device,
+                   seq_len=a.seq_len, lr=a.lr, moe_dispatcher=a.moe_dispatcher, data=a.data,
+                   tokenizer=a.tokenizer, data_dir=a.data_dir, eval_interval=a.eval_interval,
+                   eval_iters=a.eval_iters, device=a.device,
                    precision=a.precision, seed=a.seed, seed_checkpoint=not a.no_seed_checkpoint,
                    out=a.out, timeout_s=a.timeout)
 
@@ -78,4 +88,7 @@ def main(argv=None) -> None:
               f"step {m['step_time_s'] * 1000:.0f} ms")
     print(f"world size {result.spec.world_size} ({result.spec.layout_name()}), "
           f"final loss {result.final_loss:.6f}" if result.metrics else "no iterations run")
+    if result.report:
+        from helpers.report_card import text
+        print(text(result.report))
     print(result.path)

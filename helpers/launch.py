@@ -93,6 +93,16 @@ def validate(spec: JobSpec) -> None:
     check_checkpoint_request(spec)
 
 
+def check_data_request(spec: JobSpec) -> dict | None:
+    """Real data: the source resolves, its files are readable, the tokenizer fits the model.
+    Returns the manifest's `data` record (None for synthetic data)."""
+    from helpers import datasource
+    try:
+        return datasource.check(spec, model_of(spec).vocab_size)
+    except (FileNotFoundError, ValueError) as e:
+        raise InvalidJob(str(e)) from None
+
+
 def check_checkpoint_request(spec: JobSpec) -> None:
     """save/load/eval fields make sense, and every checkpoint to load is complete and holds this
     model (checked here, before any process starts; workers check again on their own node)."""
@@ -291,6 +301,9 @@ def run(spec: JobSpec | None = None, progress: bool = True, **kwargs) -> RunDir:
         spec = dataclasses.replace(spec, out=str(paths.runs_dir()))
     spec = resolve(spec)
     validate(spec)
+    data = check_data_request(spec)
+    if data:  # pin the resolved source: a rerun from the manifest reads the same text
+        spec = dataclasses.replace(spec, data_dir=data["pinned_data_dir"])
     env = dict(spec.env)
     if spec.seed_checkpoint:
         env["KIT_SEED_CHECKPOINT"] = str(seed_checkpoint(spec))
@@ -303,6 +316,7 @@ def run(spec: JobSpec | None = None, progress: bool = True, **kwargs) -> RunDir:
                    "cp": spec.cp, "dp": spec.dp, "ep": spec.ep, "etp": spec.expert_tp,
                    "edp": spec.edp, "sp": spec.sp, "dist_opt": spec.dist_opt},
         "model": model_of(spec).to_dict(),
+        "data": data or {"kind": "synthetic", "source": "helpers/runtime/synthetic.py"},
         "versions": _versions(),
         "git_revision": _git_revision(),
         "command": _torchrun(run_dir, spec, []),

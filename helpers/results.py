@@ -44,6 +44,17 @@ class RunDir:
         return losses[-1] if losses else None
 
     @property
+    def report(self) -> dict | None:
+        """report.json: the smoke-test contract (helpers.runtime.report; render: helpers.report_card)."""
+        return self._json("report.json")
+
+    @property
+    def evaluations(self) -> list[dict]:
+        """validation.jsonl: {"split": "valid"|"test", "iteration", "loss"} per pass (real data only)."""
+        p = self.path / "validation.jsonl"
+        return [json.loads(x) for x in p.read_text().splitlines() if x.strip()] if p.exists() else []
+
+    @property
     def groups(self) -> dict[int, dict]:
         """{rank: {axis: [ranks]}} as the live job's parallel_state reported them."""
         return {int(r): g for r, g in (self._json("groups.json") or {}).items()}

@@ -32,6 +32,14 @@ class JobSpec:
     clip_grad: float = 1.0
     seed: int = 1234
     moe_dispatcher: str = "alltoall"  # alltoall | allgather
+    # Data (helpers/datasource.py, helpers/runtime/data.py). "synthetic": the deterministic token
+    # source of helpers/runtime/synthetic.py; "wikitext": WikiText-2 raw, continued pretraining;
+    # "sft": prompt/response JSONL, loss on response tokens only.
+    data: str = "synthetic"  # synthetic | wikitext | sft
+    tokenizer: str = "byte"  # byte (258 tokens, fits the tiny presets) | gpt2 | qwen3
+    data_dir: str | None = None  # None = KIT_DATA_DIR, HF datasets, then generated; a path; "generated"
+    eval_interval: int = 0  # validate every K iterations (0 = only after the last); real data only
+    eval_iters: int = 2  # global batches per validation and per test pass
     # Where and how.
     device: str = "auto"  # auto | cpu | cuda
     precision: str = "auto"  # auto (fp32 on cpu, bf16 on cuda) | fp32 | bf16

@@ -205,8 +205,9 @@ class Report:
 
     def checkpoint(self, spec, run_dir, model, opt, model_desc, beat) -> None:
         """Collective. The latest checkpoint of this run: verified against the kit's layout record
-        and Megatron's integrity file, then loaded back into the live model; its parameters must
-        come back bit-identical (the save happened after the last step)."""
+        and Megatron's integrity file, one torch_dist shard file per rank; then the live parameters
+        are zeroed and the checkpoint loaded back: they must come back bit-identical (the save
+        happened after the last step)."""
         if not getattr(spec, "save_interval", None):
             return
         from helpers import checkpoints
@@ -219,12 +220,21 @@ class Report:
                 raise FileNotFoundError(f"no `{checkpoints.TRACKER}` under {root}")
             info = checkpoints.verify(latest, model_desc.to_dict())
             before = param_checksums(model)
+            with torch.no_grad():
+                for chunk in model:
+                    for p in chunk.parameters():
+                        p.zero_()
             checkpoint.load(latest, model, opt, spec, model_desc, beat)
             after = param_checksums(model)
             same = _all_gather(before == after)
             files = sorted(p.name for p in Path(latest).iterdir())
-            status = "pass" if all(same) and info["iteration"] == spec.iters else "fail"
+            shards = [f for f in files if f.endswith(".distcp")]
+            writers = {int(f[2:].split("_")[0]) for f in shards}  # torch_dist names them __<rank>_<n>.distcp
+            layout_ok = info["layout"] == checkpoint._layout(spec) and writers == set(range(dist.get_world_size()))
+            status = "pass" if all(same) and layout_ok and info["iteration"] == spec.iters else "fail"
             evidence = {"path": str(latest), "iteration": info["iteration"], "layout": info["layout"],
+                        "layout_matches_job": info["layout"] == checkpoint._layout(spec),
+                        "shard_files": f"{len(shards)} .distcp from {len(writers)}/{dist.get_world_size()} ranks",
                         "files": files[:12] + ([f"... {len(files) - 12} more"] if len(files) > 12 else []),
                         "reloaded_identical_on_ranks": f"{sum(same)}/{len(same)}"}
         except Exception as e:  # the card says what went wrong instead of killing the job

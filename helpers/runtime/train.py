@@ -88,6 +88,11 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     from helpers.runtime import build, checkpoint, faults, instrument, memory_stats, synthetic
 
     beat = rundir.Heartbeat(run_dir, int(os.environ.get("RANK", 0)))
+    prepared = None  # real data: tokenized and index-cached on each node before torch.distributed
+    if spec.data != "synthetic" and seed_out is None and not spec.groups_only:
+        from helpers.runtime import data as textdata
+        beat("preparing data")
+        prepared = textdata.prepare(run_dir, spec)
     beat("initialising process groups")
     device = _setup(spec)
     rank = dist.get_rank()
@@ -118,19 +123,28 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
 
     beat("recording process groups")
     rundir.write_groups(run_dir)
+    from helpers.runtime import report, validation
+    card = report.Report(run_dir, spec)  # report.json: the smoke-test contract
+    card.groups(), card.model(model), card.data(prepared)
     facts = rundir.gather_to_rank0(rundir.host_facts(device))
 
     metrics = rundir.Metrics(run_dir, enabled=rank == 0)
     forward_backward = get_forward_backward_func()
     inst = instrument.Instruments(model, device)  # comm.jsonl, timeline.jsonl, ranks.json extras
     dp_rank = ps.get_data_parallel_rank()
+    splits = prepared.build() if prepared else None  # Megatron's dataset builder (cache hit)
+    evals = splits and validation.Evaluator(run_dir, spec, splits, model, device, dp_rank, _forward_step,
+                                            _global_loss, rank)
+    if evals:
+        evals.before_training(start)
     tokens_per_iter = spec.global_batch_size * spec.seq_len
     for it in range(start, spec.iters):
         t0 = time.perf_counter()
         scale = faults.maybe_inject(it + 1, rank)
         beat("forward/backward", it + 1)
         data = [iter(synthetic.microbatches(spec.seed, it, spec.global_batch_size, spec.micro_batch,
-                                            spec.dp, dp_rank, spec.seq_len, model_desc.vocab_size))
+                                            spec.dp, dp_rank, spec.seq_len, model_desc.vocab_size)
+                     if splits is None else textdata.microbatches(splits["train"], it, spec, dp_rank))
                 for _ in model]  # one iterator per model chunk (interleaved schedule)
         for m in model:
             m.zero_grad_buffer()
@@ -147,6 +161,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         )
         with inst.paused():  # the kit's own loss sum is not Megatron's traffic
             loss = _global_loss(losses, spec, device)
+        card.loss(it + 1, loss)
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss is {loss} at iteration {it + 1}: training stopped "
                                      "(check the learning rate, precision and input data)")
@@ -154,6 +169,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         inst.phase("optimizer")
         ok, grad_norm, _ = opt.step()
         inst.end()
+        card.step(it + 1, ok, grad_norm, model, check_replicas=it in (start, spec.iters - 1))
         if device.type == "cuda":
             torch.cuda.synchronize()
         step = time.perf_counter() - t0
@@ -168,9 +184,15 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         record.update(memory_stats.device_memory(device))
         metrics.write(record)
         beat("iteration done", it + 1)
-    memory_stats.write_device_peaks(run_dir, device)  # every rank's peak (metrics.jsonl: rank 0's)
         checkpoint.maybe_save(spec, run_dir, it + 1, model, opt, model_desc, beat, device)
+        if evals:
+            evals.after_step(it + 1)
+    memory_stats.write_device_peaks(run_dir, device)  # every rank's peak (metrics.jsonl: rank 0's)
     inst.finish(run_dir)
+    if evals:
+        evals.test()
+        card.evaluation(evals.records)
+    card.checkpoint(spec, run_dir, model, opt, model_desc, beat)
 
 
 def main() -> None:
