@@ -45,3 +45,14 @@ def device_memory(device: torch.device) -> dict:
         "mem_max_allocated_bytes": torch.cuda.max_memory_allocated(device),
         "mem_max_reserved_bytes": torch.cuda.max_memory_reserved(device),
     }
+
+
+def write_device_peaks(run_dir, device: torch.device) -> None:
+    """device_memory.json: torch's peak allocated/reserved bytes of every rank (GPU runs only).
+    A collective: every rank calls it."""
+    if device.type != "cuda":
+        return
+    from helpers.runtime import rundir
+    peaks = rundir.gather_to_rank0(device_memory(device))
+    if peaks is not None:
+        rundir.write_json(run_dir / "device_memory.json", {str(r): p for r, p in enumerate(peaks)})
