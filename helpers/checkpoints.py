@@ -95,8 +95,11 @@ def verify(path, model: dict | None = None, hashes: bool = True) -> dict:
     fix_partial = (f"Fix: resume from an earlier complete checkpoint (point `{TRACKER}` or load_dir at it) "
                    f"or delete {ckpt}.")
     if not ckpt.is_dir():
-        raise CheckpointError(f"checkpoint {ckpt} is missing (`{TRACKER}` in {ckpt.parent} points at it). "
-                              f"Fix: restore the folder or point load_dir at an existing iter_* checkpoint.")
+        if latest(ckpt.parent) == ckpt:
+            raise CheckpointError(f"checkpoint {ckpt} is missing (`{TRACKER}` in {ckpt.parent} points at it). "
+                                  f"Fix: restore the folder or point load_dir at an existing iter_* checkpoint.")
+        raise CheckpointError(f"checkpoint {ckpt} does not exist. Fix: point load_dir at an existing iter_* "
+                              f"checkpoint or at a checkpoints/ folder with `{TRACKER}`.")
     if not (ckpt / KIT_FILE).is_file():
         raise CheckpointError(f"checkpoint {ckpt} is partial: no {KIT_FILE}, which the kit writes only after "
                               f"every rank finished saving (the save was interrupted). {fix_partial}", "partial")

@@ -90,6 +90,9 @@ def validate(spec: JobSpec) -> None:
         layout_of(spec).check(model_of(spec), devices=devices)
     except InvalidLayout as e:
         raise InvalidJob(str(e)) from None
+    if spec.device == "cuda":  # the memory plan (helpers/memory.py): warn, do not refuse
+        from helpers.memory_check import warn_if_over_device
+        warn_if_over_device(spec)
     check_checkpoint_request(spec)
 
 

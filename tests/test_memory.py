@@ -146,3 +146,13 @@ def test_recompute_and_sp_shrink_activations():
 def test_bad_training_is_named(bad):
     with pytest.raises(ValueError, match=list(bad)[0]):
         plan_memory(models.preset("tiny-gpt"), Layout(), Training(**bad))
+
+
+def test_runner_warns_when_plan_exceeds_device():
+    from helpers.memory_check import MemoryPlanWarning, warn_if_over_device
+    spec = JobSpec(model="llama3-8b", seq_len=8192, device="cuda", precision="bf16")
+    with pytest.warns(MemoryPlanWarning, match="exceeds the device's 80.0 GiB"):
+        msg = warn_if_over_device(spec, device_bytes=80 * memory.GiB)
+    assert "optimizer_states" in msg or "activations" in msg
+    small = JobSpec(model="tiny-gpt", device="cuda", precision="bf16")
+    assert warn_if_over_device(small, device_bytes=80 * memory.GiB) is None

@@ -121,6 +121,7 @@ def save(root: Path, iteration: int, model: list, opt, spec, model_desc, beat, e
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
     dist.barrier()
+    path.mkdir(parents=True, exist_ok=True)  # node-local save_dir: each node needs its own folder
     faults.at_checkpoint("save", iteration, rank)
     beat(f"checkpoint save: writing {path.name}", iteration)
     state = _state_dict(model, opt, spec, with_optimizer=True, is_loading=False)
