@@ -21,3 +21,24 @@ def plot_losses(runs: dict[str, RunDir], title: str = "training loss", ax=None):
     ax.grid(alpha=0.3)
     ax.legend()
     return ax
+
+
+def plot_train_and_eval(run: RunDir, title: str = "", ax=None):
+    """Training loss per iteration with the validation passes (and the final test pass) of a
+    real-data run on the same axes."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([m["iteration"] for m in run.metrics], run.losses, marker="o", label="train (global batch)")
+    valid = [e for e in run.evaluations if e["split"] == "valid"]
+    test = [e for e in run.evaluations if e["split"] == "test"]
+    ax.plot([e["iteration"] for e in valid], [e["loss"] for e in valid], marker="s", linestyle="--",
+            label="validation (fixed batches)")
+    if test:
+        ax.scatter([test[-1]["iteration"]], [test[-1]["loss"]], marker="*", s=200, color="tab:red",
+                   zorder=3, label=f"test {test[-1]['loss']:.3f}")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("loss (mean over target tokens)")
+    ax.set_title(title or f"{run.spec.data}: {run.spec.layout_name()}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return ax
