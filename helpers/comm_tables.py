@@ -69,7 +69,7 @@ def summary(run: RunDir, iteration: int | None = None, ranks: list[int] | None =
     """Per rank, axis, phase and op: number of calls, bytes per call and what the rank put on the
     wire in one iteration (default: the last one)."""
     rows = records(run)
-    iteration = iteration or max(r["iteration"] for r in rows)
+    iteration = iteration or run.spec.iters
     agg: dict[tuple, list] = defaultdict(lambda: [0, 0.0])
     for r in rows:
         if r["iteration"] != iteration or (ranks is not None and r["rank"] not in ranks):
@@ -85,14 +85,14 @@ def summary(run: RunDir, iteration: int | None = None, ranks: list[int] | None =
 def counts(run: RunDir, rank: int, axis: str, iteration: int | None = None, nbytes: int | None = None) -> Counter:
     """{op: calls} one rank made on one axis in one iteration (optionally only buffers of `nbytes`)."""
     rows = records(run)
-    iteration = iteration or max(r["iteration"] for r in rows)
+    iteration = iteration or run.spec.iters
     return Counter(r["op"] for r in rows if r["rank"] == rank and r["axis"] == axis
                    and r["iteration"] == iteration and (nbytes is None or r["bytes"] == nbytes))
 
 
 def bytes_by_op(run: RunDir, rank: int, axis: str, iteration: int | None = None) -> dict[str, int]:
     rows = records(run)
-    iteration = iteration or max(r["iteration"] for r in rows)
+    iteration = iteration or run.spec.iters
     out: dict[str, int] = defaultdict(int)
     for r in rows:
         if r["rank"] == rank and r["axis"] == axis and r["iteration"] == iteration:
@@ -108,14 +108,20 @@ def activation_bytes(run: RunDir) -> int:
     return spec.seq_len * spec.micro_batch * model["hidden_size"] * elem
 
 
+def param_element_size(run: RunDir) -> int:
+    return 2 if run.spec.precision == "bf16" else 4
+
+
 def expected_dp(run: RunDir, rank: int = 0) -> dict[str, int]:
-    """Data parallel, per iteration: one reduction of the whole gradient buffer (DDP: all-reduce;
-    distributed optimizer: reduce-scatter, then an all-gather of the updated parameters)."""
+    """Data parallel, per iteration: one reduction of the whole gradient buffer (kept in fp32:
+    grad_reduce_in_fp32) over the DP group. DDP: all-reduce; distributed optimizer: reduce-scatter,
+    then an all-gather of the updated parameters (parameter dtype)."""
     info = run.ranks[rank]
     if run.spec.dp == 1:
         return {}
-    if run.spec.dist_opt:
-        return {"reduce_scatter_tensor": info["grad_bytes"], "all_gather_into_tensor": info["param_bytes"]}
+    if run.spec.dist_opt:  # the parameter buffer: as many (padded) elements as the fp32 grad buffer
+        return {"reduce_scatter_tensor": info["grad_bytes"],
+                "all_gather_into_tensor": info["grad_bytes"] * param_element_size(run) // 4}
     return {"all_reduce": info["grad_bytes"]}
 
 
