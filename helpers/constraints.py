@@ -235,11 +235,8 @@ def backend(lay: Layout, model: ModelPreset, devices) -> list[Violation]:
         return v
     if lay.backend == "te":
         return v
-    if lay.cp > 1:
-        v.add("cp_needs_te_attention",
-              "context parallel needs Transformer Engine's attention; Megatron-Core's local "
-              "DotProductAttention refuses cp>1 and the kit's own CP attention is not built yet",
-              "set cp=1, or plan with backend='te' (GPU with Transformer Engine)")
+    # cp > 1 is fine here: Megatron's local attention refuses it, but the kit's own
+    # ContextParallelAttention (helpers/runtime/modules.py) takes its place.
     if model.multi_latent_attention:
         if lay.cp > 1:
             v.add("cp_with_mla_needs_te", f"MLA ({model.name}) with cp={lay.cp} runs only on TE's attention",

@@ -27,7 +27,7 @@ INVALID = [
     ("tiny-gpt", dict(pp=2, first_stage_layers=3, last_stage_layers=2), "uneven_split_invalid"),
     ("tiny-gpt", dict(pp=2, vpp=2, first_stage_layers=3, last_stage_layers=1), "uneven_stage_divisible_by_vpp"),
     ("tiny-gpt", dict(world_size=4, gpus_per_node=3), "world_divisible_nodes"),
-    ("tiny-gpt", dict(cp=2), "cp_needs_te_attention"),
+    ("tiny-gpt", dict(cp=3), "seq_divisible_by_2cp"),
     ("tiny-gpt", dict(cp=2, seq_len=66, **TE), "seq_divisible_by_2cp"),
     ("tiny-gpt", dict(tp=2, sp=True, seq_len=63), "seq_divisible_by_tp_for_sp"),
     ("tiny-gpt", dict(backend="xla"), "unknown_backend"),
@@ -40,7 +40,7 @@ INVALID = [
     ("control-moe", dict(ep=256, world_size=256), "experts_divisible_by_ep"),
     ("control-moe", dict(tp=16, sp=True), "heads_divisible_by_tp"),
     ("control-moe", dict(tp=2, sp=True, world_size=6, ep=3), "experts_divisible_by_ep"),
-    ("control-moe", dict(tp=2, pp=2, cp=2, ep=4, etp=1, sp=True, world_size=16), "cp_needs_te_attention"),
+    ("control-moe", dict(tp=2, pp=2, cp=3, ep=4, etp=1, sp=True, world_size=16), "world_divisible_dense"),
     ("control-moe-cpu", dict(ep=32, world_size=32), "experts_divisible_by_ep"),
     ("control-moe-cpu", dict(etp=3, world_size=3), "expert_ffn_divisible_by_etp"),
     # deepseek-v2-lite: 27 layers, MLA, 16 heads, 64 routed + 2 shared experts
@@ -133,7 +133,7 @@ def test_valid_layout_is_accepted(model, sizes):
 @pytest.mark.parametrize("request_, name", [
     (dict(model="deepseek-v2-lite", pp=2), "mla_local_spec_broken"),
     (dict(model="control-moe-cpu", tp=2, nproc=2), "moe_tp_requires_sp"),
-    (dict(cp=2), "cp_needs_te_attention"),
+    (dict(cp=2, seq_len=66), "seq_divisible_by_2cp"),
     (dict(model="nemotron-3-nano-30b-a3b", model_overrides={"num_layers": 4, "hybrid_pattern": "M*ME"}),
      "hybrid_needs_mamba_ssm"),
 ])
