@@ -49,13 +49,23 @@ def _setup(spec: JobSpec):
     return device
 
 
-def _loss_func(loss_mask, scale, output_tensor):
+def _loss_func(loss_mask, scale, cp_group, output_tensor):
     """Mean token loss of one microbatch. The clone matters: the schedule divides the returned
     loss in place by the number of microbatches, and we report the unscaled value.
-    `scale` is 1.0 except when a fault is injected (NaN)."""
+    `scale` is 1.0 except when a fault is injected (NaN).
+    Context parallel: Megatron's schedule multiplies the loss by the CP size and DDP averages the
+    gradients over DP x CP, so (as Megatron-LM's loss function does) the loss that is
+    differentiated is this rank's token-loss sum over the token count of the *whole* sequence; the
+    reported value stays this rank's mean (its CP peers' means average to the sequence's)."""
     losses = output_tensor.float()
-    loss = torch.sum(losses.view(-1) * loss_mask.view(-1)) / loss_mask.sum() * scale
-    return loss, {"lm loss": loss.detach().clone()}
+    total, tokens = torch.sum(losses.view(-1) * loss_mask.view(-1)), loss_mask.sum()
+    mean = total / tokens * scale
+    loss = mean
+    if cp_group is not None:
+        all_tokens = tokens.detach().clone()
+        dist.all_reduce(all_tokens, group=cp_group)
+        loss = total / all_tokens * scale
+    return loss, {"lm loss": mean.detach().clone()}
 
 
 def _forward_step(device, scale, data_iterator, model):
@@ -66,7 +76,8 @@ def _forward_step(device, scale, data_iterator, model):
     if ps.get_context_parallel_world_size() > 1:  # chunks r and 2*CP-1-r of the sequence
         batch = get_batch_on_this_cp_rank(batch, is_hybrid_cp=False, cp_group=ps.get_context_parallel_group())
     output = model(batch["tokens"], batch["position_ids"], attention_mask=None, labels=batch["labels"])
-    return output, partial(_loss_func, batch["loss_mask"], scale)
+    cp_group = ps.get_context_parallel_group() if ps.get_context_parallel_world_size() > 1 else None
+    return output, partial(_loss_func, batch["loss_mask"], scale, cp_group)
 
 
 def _global_loss(losses_reduced, spec: JobSpec, device) -> float:
@@ -131,6 +142,8 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     metrics = rundir.Metrics(run_dir, enabled=rank == 0)
     forward_backward = get_forward_backward_func()
     inst = instrument.Instruments(model, device)  # comm.jsonl, timeline.jsonl, ranks.json extras
+    from helpers.runtime import moe_stats
+    routers = moe_stats.RouterLog(model)  # moe.jsonl: tokens per expert, aux loss (MoE models)
     dp_rank = ps.get_data_parallel_rank()
     splits = prepared.build() if prepared else None  # Megatron's dataset builder (cache hit)
     evals = splits and validation.Evaluator(run_dir, spec, splits, model, device, dp_rank, _forward_step,
@@ -150,6 +163,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
             m.zero_grad_buffer()
         opt.zero_grad()
         inst.begin(it + 1)
+        routers.begin(it + 1)
         losses = forward_backward(
             forward_step_func=partial(_forward_step, device, scale),
             data_iterator=data if len(model) > 1 else data[0],
@@ -169,6 +183,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         inst.phase("optimizer")
         ok, grad_norm, _ = opt.step()
         inst.end()
+        routers.end()
         card.step(it + 1, ok, grad_norm, model, check_replicas=it in (start, spec.iters - 1))
         if device.type == "cuda":
             torch.cuda.synchronize()
@@ -189,6 +204,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
             evals.after_step(it + 1)
     memory_stats.write_device_peaks(run_dir, device)  # every rank's peak (metrics.jsonl: rank 0's)
     inst.finish(run_dir)
+    routers.finish(run_dir)
     if evals:
         evals.test()
         card.evaluation(evals.records)
