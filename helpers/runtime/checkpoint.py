@@ -5,6 +5,7 @@ world-size-1 job builds the model once and saves it; every layout loads it and
 `dist_checkpointing` cuts out the shard each rank owns (TP slices, PP stages, EP experts)."""
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -96,11 +97,48 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+def _ensure_optimizer_state(opt) -> None:
+    """Without apex/TE the distributed optimizer wraps torch's Adam, which has no state (no `step`)
+    before its first step, and DistributedOptimizer.state_dict() asserts on it. Megatron's own
+    remedy: one step with zero gradients to allocate the state, which the load then overwrites."""
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    for o in getattr(opt, "chained_optimizers", [opt]):
+        if isinstance(o, DistributedOptimizer) and not o.optimizer.state:
+            o._init_optimizer_states_with_dummy_values()
+
+
+@contextlib.contextmanager
+def _keep_torch_adam_step():
+    """Megatron-Core 0.19.2, distributed optimizer on torch's Adam (no apex/TE), fully_reshardable:
+    load_state_dict first restores Adam's `step` (a tensor in the state) from the saved param
+    groups, then copies every state tensor from the checkpoint, where `step` is not one -> KeyError.
+    During the load, each parameter's source tensors get its own, already restored step."""
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    original = DistributedOptimizer._set_main_param_and_optimizer_states
+
+    def with_step(self, model_param, tensors):
+        group, order = self.model_param_group_index_map[model_param]
+        step = self.optimizer.state[self.optimizer.param_groups[group]["params"][order]].get("step")
+        if isinstance(step, torch.Tensor) and "step" not in tensors:
+            tensors = {**tensors, "step": step.clone()}
+        return original(self, model_param, tensors)
+
+    DistributedOptimizer._set_main_param_and_optimizer_states = with_step
+    try:
+        yield
+    finally:
+        DistributedOptimizer._set_main_param_and_optimizer_states = original
+
+
 def _state_dict(model: list, opt, spec, with_optimizer: bool, is_loading: bool) -> dict:
     """The sharded state dict Megatron saves/loads: {"model0": ..., "model1": ..., "optimizer": ...}."""
     md = _sharding_metadata(spec)
     state = {f"model{i}": unwrap(m).sharded_state_dict(metadata=md) for i, m in enumerate(model)}
     if with_optimizer and opt is not None:
+        if is_loading:
+            _ensure_optimizer_state(opt)
         state["optimizer"] = opt.sharded_state_dict(state, is_loading=is_loading, metadata=md)
     return state
 
@@ -171,7 +209,8 @@ def load(path: Path, model: list, opt, spec, model_desc, beat, load_optimizer: b
     for i, m in enumerate(model):
         unwrap(m).load_state_dict(state[f"model{i}"], strict=True)
     if with_opt:
-        opt.load_state_dict(state["optimizer"])
+        with _keep_torch_adam_step():
+            opt.load_state_dict(state["optimizer"])
     if same_layout:
         _set_rng_state(state["rng_state"])
     beat(f"checkpoint loaded: {ckpt.name}", info["iteration"])
