@@ -293,6 +293,14 @@ def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) ->
     if getattr(lay, "backend", "local") == "te":  # flash/cuDNN attention: no s x s matrix, softmax stats only
         core = T * heads * 4
         transient = 0.0
+    elif lay.cp > 1:  # the kit's ContextParallelAttention (helpers/runtime/modules.py): K/V all-gathered
+        s_full = lay.seq_len
+        kv_full = b * s_full * q_w  # gathered K/V, repeated to every head
+        # fp32 copies of q and the gathered k (saved by the matmul), the gathered v, fp32 softmax
+        # output and its bf16 copy over (local queries x all keys)
+        core = T * q_w * 4 + kv_full * 4 + kv_full * B + b * heads * s * s_full * (4 + B)
+        qkv_saved = 0  # the matmuls save the fp32/gathered copies counted in `core`
+        transient = b * heads * s * s_full * (B + 4 + 4)
     else:  # local DotProductAttention: fp32 softmax output + its bf16 copy used by bmm
         sm = 4 if tr.precision != "fp32" else 4
         core = b * heads * s * s * (sm + (B if tr.precision != "fp32" else 0))
@@ -473,7 +481,8 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
             # backward: gradient of the logits (same size) and the output layer's weight gradient
             transient = max(transient, T * V * B + V * h * B)
         workspace = CUBLAS_WORKSPACE
-        if getattr(lay, "backend", "local") == "local" and any(_layer_kind(model, i) in ("dense", "moe", "*")
+        if getattr(lay, "backend", "local") == "local" and lay.cp == 1 and any(
+                _layer_kind(model, i) in ("dense", "moe", "*")
                                           for c in layers[stage] for i in c):
             s = lay.seq_len // lay.cp
             # Megatron's global memory buffer handed to baddbmm (kept for the whole run)
