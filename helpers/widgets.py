@@ -48,6 +48,7 @@ class LayoutLab:
         )
         self.pictures, self.progress = pictures, progress
         self.status, self.grids, self.result = W.HTML(), W.Output(), W.Output()
+        self.memory_out = W.Output()  # memory bars per pipeline stage (helpers/memory_plots.py)
         self.button = W.Button(description="Run this layout", button_style="primary", icon="play")
         self.button.on_click(lambda _: self.run())
         for widget in self.w.values():
@@ -103,6 +104,7 @@ class LayoutLab:
         self.button.tooltip = "; ".join(blockers)[:300]
         if not self.pictures:
             return
+        self._draw_memory(lay, model)
         self.grids.clear_output(wait=True)
         with self.grids:
             if any(v.category == "world" for v in self.violations):
@@ -125,6 +127,23 @@ class LayoutLab:
                     "<table><tr><th>constraint</th><th>why</th><th>suggested fix</th></tr>" + rows + "</table>")
         advice = "".join(f"<li>{html.escape(a)}</li>" for a in lay.advice())
         return head + body + (f"<p>advice:</p><ul>{advice}</ul>" if advice else "")
+
+    def _draw_memory(self, lay: Layout, model: models.ModelPreset):
+        """The memory plan of this layout (helpers/memory.py): bars per pipeline stage, GPU size line."""
+        from helpers.memory import Training, plan_memory
+        from helpers.memory_plots import memory_bars
+        self.memory_out.clear_output(wait=True)
+        self.plan = None
+        if self.violations:
+            return
+        with self.memory_out:
+            cpu = self.w["device"].value == "cpu"
+            plan = plan_memory(model, lay, Training(precision="fp32" if cpu else "bf16"))
+            ax = memory_bars(plan, device_gib=None if cpu else 80,
+                             title=f"memory per GPU ({'fp32, CPU' if cpu else 'bf16; line: an 80 GiB GPU'})")
+            display(ax.figure)
+            plt.close(ax.figure)
+            self.plan = plan
 
     # ---- running ------------------------------------------------------------------------
     def run(self):
@@ -164,6 +183,7 @@ class LayoutLab:
             W.HBox([self.button, w["iters"], w["device"]]),
             self.result,
             self.grids,
+            self.memory_out,
         ])
 
     def _ipython_display_(self):
