@@ -132,6 +132,17 @@ def _keep_torch_adam_step():
         DistributedOptimizer._set_main_param_and_optimizer_states = original
 
 
+def _unshare_adam_steps(opt) -> None:
+    """Megatron-Core 0.19.2's distributed optimizer, on torch's Adam, restores `step` as ONE tensor
+    shared by every parameter's state; torch's Adam increments each parameter's `step` in place, so
+    the shared counter advanced once per parameter per iteration and the second update after a
+    resume used wrong bias corrections. Give each parameter its own copy."""
+    for o in getattr(opt, "chained_optimizers", [opt]):
+        for state in o.optimizer.state.values():
+            if isinstance(state.get("step"), torch.Tensor):
+                state["step"] = state["step"].clone()
+
+
 def _state_dict(model: list, opt, spec, with_optimizer: bool, is_loading: bool) -> dict:
     """The sharded state dict Megatron saves/loads: {"model0": ..., "model1": ..., "optimizer": ...}."""
     md = _sharding_metadata(spec)
@@ -211,6 +222,7 @@ def load(path: Path, model: list, opt, spec, model_desc, beat, load_optimizer: b
     if with_opt:
         with _keep_torch_adam_step():
             opt.load_state_dict(state["optimizer"])
+        _unshare_adam_steps(opt)
     if same_layout:
         _set_rng_state(state["rng_state"])
     beat(f"checkpoint loaded: {ckpt.name}", info["iteration"])
