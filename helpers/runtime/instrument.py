@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -21,7 +22,13 @@ from helpers.runtime.timeline import Timeline
 
 class Instruments:
     def __init__(self, model: list, device: torch.device):
+        self.enabled = os.environ.get("KIT_INSTRUMENT", "1") != "0"  # KIT_INSTRUMENT=0: record nothing
         rank = dist.get_rank()
+        self.comm = CommLog(rank)
+        self.timeline = Timeline(rank, model)
+        self.model, self._sync, self._t = model, False, {}
+        if not self.enabled:
+            return
         sync = device.type == "cuda"
         self.model = model
         self.comm = CommLog(rank, sync_cuda=sync).install()
@@ -61,6 +68,8 @@ class Instruments:
 
     def finish(self, run_dir: Path) -> None:
         """Gather every rank's records to rank 0 (a collective: all ranks call it)."""
+        if not self.enabled:
+            return
         from helpers.runtime.rundir import gather_to_rank0
 
         comm = gather_to_rank0(self.comm.records)
