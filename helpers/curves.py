@@ -28,11 +28,11 @@ def plot_train_and_eval(run: RunDir, title: str = "", ax=None):
     real-data run on the same axes."""
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
-    ax.plot([m["iteration"] for m in run.metrics], run.losses, marker="o", label="train (global batch)")
+    ax.plot([m["iteration"] for m in run.metrics], run.losses, marker="o", label="train (batch of iteration i, before its update)")
     valid = [e for e in run.evaluations if e["split"] == "valid"]
     test = [e for e in run.evaluations if e["split"] == "test"]
     ax.plot([e["iteration"] for e in valid], [e["loss"] for e in valid], marker="s", linestyle="--",
-            label="validation (fixed batches)")
+            label="validation (fixed batches, after iteration i)")
     if test:
         ax.scatter([test[-1]["iteration"]], [test[-1]["loss"]], marker="*", s=200, color="tab:red",
                    zorder=3, label=f"test {test[-1]['loss']:.3f}")

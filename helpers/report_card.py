@@ -21,7 +21,7 @@ def load(run) -> dict:
     return report
 
 
-def evidence_text(evidence, limit: int = 160) -> str:
+def evidence_text(evidence, limit: int = 240) -> str:
     """One line of evidence: strings as they are, dicts as compact key: value pairs."""
     if isinstance(evidence, str):
         text = evidence

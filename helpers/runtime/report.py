@@ -56,6 +56,15 @@ def param_checksums(model: list) -> dict:
     return {"dense": dense.hexdigest()[:16], "expert": expert.hexdigest()[:16]}
 
 
+def _ranks(ranks: list[int]) -> str:
+    contiguous = ranks == list(range(ranks[0], ranks[-1] + 1))
+    return f"ranks {ranks[0]}-{ranks[-1]}" if contiguous and len(ranks) > 2 else f"ranks {ranks}"
+
+
+def _short_hashes(hashes: dict) -> str:
+    return " ".join(f"{k}={v[:8]}" for k, v in hashes.items())
+
+
 class Report:
     def __init__(self, run_dir: Path, spec):
         self.path = Path(run_dir) / "report.json"
@@ -134,8 +143,12 @@ class Report:
                 node.setdefault("inconsistent_ranks", []).append(r)
         views = [{k: v for k, v in n.items() if k not in ("ranks", "inconsistent_ranks")} for n in nodes.values()]
         same = all(v == views[0] for v in views) and not any("inconsistent_ranks" in n for n in nodes.values())
+        per_node = "; ".join(
+            f"{host}: {_ranks(n['ranks'])}, sources {_short_hashes(n['source_sha256']) or 'generated'}, "
+            f"tokenizer {self.spec.tokenizer} {_short_hashes(n['tokenizer_sha256']) or '(no files)'}, "
+            f"indexed {_short_hashes(n['indexed_sha256'])}" for host, n in nodes.items())
         self._set("data", "pass" if same else "fail", {
-            "data": self.spec.data, "tokenizer": self.spec.tokenizer, "splits": facts["source"]["splits"],
+            "per_node": per_node, "data": self.spec.data, "tokenizer": self.spec.tokenizer, "splits": facts["source"]["splits"],
             "tokens": facts["splits"], "nodes": nodes,
             "note": "every node read the same bytes" if same else "nodes (or ranks) read different files"})
         self._write()
