@@ -4,6 +4,8 @@ activation bytes one microbatch's forward saves for backward. A table and a bar 
 side only."""
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 
 from helpers.comm_tables import Table
@@ -34,7 +36,7 @@ def bars(runs: dict[str, RunDir], parts: list[str] | None = None, title: str = "
     labels, stacks = [], []
     for label, run in runs.items():
         for rank, info in sorted(run.ranks.items()):
-            labels.append(f"{label}\nrank {rank}")
+            labels.append(textwrap.fill(label, 11) + f"\nrank {rank}")  # long job names wrap, not overlap
             stacks.append([info.get(p, 0) / unit for p in parts])
     if ax is None:
         _, ax = plt.subplots(figsize=(max(6, 0.7 * len(labels) + 2), 3.8))
