@@ -301,9 +301,8 @@ def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) ->
         core = T * q_w * 4 + kv_full * 4 + kv_full * B + b * heads * s * s_full * (4 + B)
         qkv_saved = 0  # the matmuls save the fp32/gathered copies counted in `core`
         transient = b * heads * s * s_full * (B + 4 + 4)
-    else:  # local DotProductAttention: fp32 softmax output + its bf16 copy used by bmm
-        sm = 4 if tr.precision != "fp32" else 4
-        core = b * heads * s * s * (sm + (B if tr.precision != "fp32" else 0))
+    else:  # local DotProductAttention: fp32 softmax output (+ its bf16 copy used by bmm unless fp32)
+        core = b * heads * s * s * (4 + (B if tr.precision != "fp32" else 0))
         # backward of softmax: grad of probs (B), its fp32 copy, softmax-backward output (fp32)
         transient = b * heads * s * s * (B + 4 + 4)
     saved = ln + qkv_in + qkv_saved + core + T * proj_in * B
@@ -350,8 +349,6 @@ def layer_activation(model: ModelPreset, lay: Layout, tr: Training, i: int) -> t
         saved += _mlp_act(model, model.expert_ffn, routed, lay.expert_tp, B) + routed * h * B  # + unpermute input
         if model.moe_shared_expert_intermediate_size:
             saved += _mlp_act(model, model.moe_shared_expert_intermediate_size, T, tp, B)
-    if kind == "*" and model.is_hybrid:  # hybrid attention layers have no MLP part
-        pass
     return saved, transient
 
 

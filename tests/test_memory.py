@@ -15,14 +15,13 @@ from helpers.spec import JobSpec
 
 GPU_RESULTS = Path(__file__).resolve().parents[1] / "docs" / "memory_gpu_results.json"
 
-# 22 layouts of the tiny models: every axis, dense and expert parameters, with and without the
+# 20 layouts of the tiny models: every axis, dense and expert parameters, with and without the
 # distributed optimizer (whose shards depend on padding and on each rank's DP/EDP position).
 LAYOUTS = {
     "gpt-single": dict(model="tiny-gpt"),
     "gpt-single-distopt": dict(model="tiny-gpt", dist_opt=True),
     "gpt-tp2": dict(model="tiny-gpt", tp=2),
     "gpt-pp2": dict(model="tiny-gpt", pp=2),
-    "gpt-dp2": dict(model="tiny-gpt", nproc=2),
     "gpt-dp2-distopt": dict(model="tiny-gpt", nproc=2, dist_opt=True),
     "gpt-pp2-vpp2": dict(model="tiny-gpt", pp=2, vpp=2, global_batch=4),
     "gpt-pp2-uneven": dict(model="tiny-gpt", pp=2, first_stage_layers=1, last_stage_layers=3),
@@ -37,7 +36,6 @@ LAYOUTS = {
     "moe-dp2-distopt": dict(model="tiny-moe", nproc=2, dist_opt=True),
     "moe-tp2-sp": dict(model="tiny-moe", tp=2, sp=True),
     "moe-tp2-sp-etp1-ep2": dict(model="tiny-moe", tp=2, sp=True, etp=1, ep=2),
-    "moe-pp2": dict(model="tiny-moe", pp=2),
     "moe-pp2-vpp2-ep2-distopt": dict(model="tiny-moe", pp=2, vpp=2, ep=2, nproc=4, global_batch=4,
                                      dist_opt=True),
     "moe-ep2-dp4-distopt": dict(model="tiny-moe", ep=2, nproc=4, dist_opt=True),
@@ -63,7 +61,7 @@ def test_static_terms_equal_live_jobs(runs):
         problems += [f"{name}: {p}" for p in static_mismatches(spec, ranks)]
         checked += len(ranks)
     assert not problems, "\n".join(problems)
-    assert checked >= 50
+    assert checked >= 45  # ranks compared, each on every static key
 
 
 def test_padding_changes_distributed_optimizer_shards():
