@@ -9,6 +9,7 @@ cannot drift from what a live job gets."""
 from __future__ import annotations
 
 import functools
+import logging
 import warnings
 from dataclasses import dataclass
 
@@ -152,6 +153,7 @@ class Layout:
 def _rank_groups(tp: int, cp: int, pp: int, world: int, etp: int, ep: int, order: str) -> dict[str, tuple]:
     """Megatron-Core's two RankGenerators, built as initialize_model_parallel builds them: dense
     (tp, cp, dp, pp; ep=1) and expert (etp, ep, edp, pp; cp=1), with the same order string."""
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "no CUDA runtime" on CPU hosts
     with warnings.catch_warnings():  # importing megatron.core warns about missing TE/apex
         warnings.simplefilter("ignore")
         from megatron.core.parallel_state import RankGenerator, default_embedding_ranks

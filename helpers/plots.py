@@ -52,7 +52,9 @@ def _colours(n: int) -> list:
     return [colormaps["turbo"](i / (n - 1)) for i in range(n)]
 
 
-def _panel(ax, layout: Layout, axis: str, groups: list[list[int]], pos) -> None:
+def _panel(ax, layout: Layout, axis: str, groups: list[list[int]], pos, narrow: bool = False,
+           cell: float = 0.62) -> None:
+    """One axis. `cell`: size of a cell in inches (fonts shrink with it)."""
     size = len(groups[0])
     colours = _colours(len(groups)) if size > 1 else [GREY] * len(groups)
     group_of = {r: i for i, g in enumerate(groups) for r in g}
@@ -63,10 +65,10 @@ def _panel(ax, layout: Layout, axis: str, groups: list[list[int]], pos) -> None:
         ax.add_patch(FancyBboxPatch((x + 0.06, y + 0.06), 0.88, 0.88, boxstyle="round,pad=0,rounding_size=0.12",
                                     facecolor=face, edgecolor="#333333", linewidth=0.8))
         dark = g is not None and size > 1 and sum(face[:3]) < 1.5
-        ax.text(x + 0.5, y + 0.42, str(rank), ha="center", va="center", fontsize=11, fontweight="bold",
+        ax.text(x + 0.5, y + 0.42, str(rank), ha="center", va="center", fontsize=min(11, 24 * cell), fontweight="bold",
                 color="white" if dark else "black")
         if g is not None and size > 1:
-            ax.text(x + 0.5, y + 0.8, f"g{g}", ha="center", va="center", fontsize=7,
+            ax.text(x + 0.5, y + 0.8, f"g{g}", ha="center", va="center", fontsize=min(7, 16 * cell),
                     color="white" if dark else "#222222")
     for node in range(layout.nodes):  # dashed box around each node's cells
         xs = [pos[r][0] for r in range(node * per, min((node + 1) * per, layout.world))]
@@ -76,7 +78,8 @@ def _panel(ax, layout: Layout, axis: str, groups: list[list[int]], pos) -> None:
         if layout.nodes > 1 or layout.gpus_per_node:
             ax.text(min(xs), min(ys) - 0.18, f"node {node}", fontsize=8, va="bottom", color="#555555")
     state = f"{len(groups)} group(s) of {size}" if size > 1 else "size 1: off (every rank alone)"
-    ax.set_title(f"{axis.upper()}: {WHAT.get(axis, axis)} | {state}", fontsize=10, loc="left")
+    sep = "\n" if narrow else " | "
+    ax.set_title(f"{axis.upper()}: {WHAT.get(axis, axis)}{sep}{state}", fontsize=9 if narrow else 10, loc="left")
     xs, ys = zip(*pos.values())
     ax.set_xlim(min(xs) - 0.3, max(xs) + 1.3)
     ax.set_ylim(max(ys) + 1.3, min(ys) - 0.55)  # rank 0 at the top left
@@ -85,20 +88,43 @@ def _panel(ax, layout: Layout, axis: str, groups: list[list[int]], pos) -> None:
     ax.axis("off")
 
 
-def rank_grid(layout: Layout, kind: str = "dense", axes: list[str] | None = None, title: str | None = None):
-    """One panel per axis; returns the matplotlib Figure."""
-    axes = axes or AXES[kind]
-    groups = layout.rank_groups()
-    pos = _positions(layout)
-    xs, ys = zip(*pos.values())
+def _geometry(layout: Layout, width: float | None):
+    """(inches per cell, titles on two lines?, figure width, height of one panel) for a grid."""
+    xs, ys = zip(*_positions(layout).values())
     w, h = max(xs) + 1.6, max(ys) + 2.0
-    scale = min(0.62, 11.5 / w)
-    width = max(w * scale, 7.5)  # titles need room even when there are only a few ranks
-    fig, panels = plt.subplots(len(axes), 1, figsize=(width, len(axes) * h * scale + 0.6), squeeze=False)
-    for ax, axis in zip(panels[:, 0], axes):
-        _panel(ax, layout, axis, groups[axis], pos)
-    fig.suptitle(title or f"{kind} grid: {layout.describe()}", fontsize=11, x=0.01, ha="left")
-    fig.tight_layout()
+    cell = min(0.62, 11.5 / w, (width or 99) / w)
+    narrow = width is not None and width < 7.5
+    return cell, narrow, width or max(w * cell, 7.5), h * cell + 0.25 * narrow
+
+
+def _draw(fig, layout: Layout, kind: str, axes: list[str], title: str | None, cell: float, narrow: bool) -> None:
+    groups, pos = layout.rank_groups(), _positions(layout)
+    for ax, axis in zip(fig.subplots(len(axes), 1, squeeze=False)[:, 0], axes):
+        _panel(ax, layout, axis, groups[axis], pos, narrow, cell=cell)
+    sizes = (f"TP{layout.tp} CP{layout.cp} DP{layout.dp} PP{layout.pp}" if kind == "dense"
+             else f"ETP{layout.expert_tp} EP{layout.ep} EDP{layout.edp} PP{layout.pp}")
+    default = f"{kind} grid, {layout.world} ranks on {layout.nodes} node(s): {sizes}"
+    fig.suptitle(title or default, fontsize=10 if narrow else 11, x=0.01, ha="left")
+
+
+def rank_grid(layout: Layout, kind: str = "dense", axes: list[str] | None = None, title: str | None = None,
+              width: float | None = None):
+    """One panel per axis; returns the matplotlib Figure. `width` in inches (default: from the
+    number of ranks, at least 7.5 so the titles fit)."""
+    axes = axes or AXES[kind]
+    cell, narrow, width, panel = _geometry(layout, width)
+    fig = plt.figure(figsize=(width, len(axes) * panel + 0.6), layout="constrained")
+    _draw(fig, layout, kind, axes, title, cell, narrow)
+    return fig
+
+
+def rank_grids(layout: Layout, width: float = 5.5):
+    """Dense and expert grids side by side in one figure (for small layouts; 8 ranks or fewer
+    stay legible at the default width)."""
+    cell, narrow, width, panel = _geometry(layout, width)
+    fig = plt.figure(figsize=(2 * width, 4 * panel + 0.6), layout="constrained")
+    for sub, kind in zip(fig.subfigures(1, 2), ("dense", "expert")):
+        _draw(sub, layout, kind, AXES[kind], None, cell, narrow)
     return fig
 
 

@@ -29,16 +29,16 @@ class LayoutLab:
     def __init__(self, model: str = "control-moe-cpu", nodes: int = 1, gpus_per_node: int = 4, tp: int = 2,
                  pp: int = 1, vpp: int = 0, cp: int = 1, ep: int = 2, etp: int = 1, sp: bool = True,
                  first_stage_layers: int = 0, last_stage_layers: int = 0,
-                 micro_batch: int = 1, global_batch: int = 0, seq_len: int = 64, backend: str = "local",
-                 iters: int = 3, device: str = "cpu", pictures: bool = True, progress: bool = True):
+                 micro_batch: int = 2, global_batch: int = 8, seq_len: int = 64, backend: str = "local",
+                 iters: int = 5, device: str = "cpu", pictures: bool = True, progress: bool = True):
         self.w = dict(
             model=W.Dropdown(options=models.names(), value=model, description="model"),
             nodes=_int("nodes", nodes, 1), gpus_per_node=_int("per node", gpus_per_node, 1),
             **{k: _int(k.upper(), v, 1) for k, v in dict(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp).items()},
-            vpp=_int("VPP (0=off)", vpp, 0),
+            vpp=_int("VPP", vpp, 0),
             sp=W.Checkbox(value=sp, description="SP (sequence parallel)", indent=False),
             first_stage_layers=_int("first stage", first_stage_layers), last_stage_layers=_int("last stage", last_stage_layers),
-            micro_batch=_int("micro", micro_batch, 1), global_batch=_int("global (0=auto)", global_batch, 0),
+            micro_batch=_int("micro", micro_batch, 1), global_batch=_int("global", global_batch, 0),
             seq_len=_int("seq len", seq_len, 1, 1 << 20),
             backend=W.Dropdown(options=[("local: the kit's worker (no TE)", "local"),
                                         ("te: plan for Megatron + Transformer Engine", "te")],
@@ -47,7 +47,7 @@ class LayoutLab:
                                                              description="device"),
         )
         self.pictures, self.progress = pictures, progress
-        self.status, self.grids, self.result = W.HTML(), W.Output(), W.Output()
+        self.status, self.result, self.grids = W.HTML(), W.Output(), W.Output()
         self.memory_out = W.Output()  # memory bars per pipeline stage (helpers/memory_plots.py)
         self.button = W.Button(description="Run this layout", button_style="primary", icon="play")
         self.button.on_click(lambda _: self.run())
@@ -110,14 +110,20 @@ class LayoutLab:
             if any(v.category == "world" for v in self.violations):
                 print("no rank grid: the world size does not factor into these sizes")
                 return
-            for kind in ("dense", "expert") if model.is_moe else ("dense",):
-                fig = plots.rank_grid(lay, kind)
+            if model.is_moe and lay.world <= 8:  # small: dense and expert side by side
+                figs = [plots.rank_grids(lay)]
+            else:
+                figs = [plots.rank_grid(lay, kind) for kind in (("dense", "expert") if model.is_moe else ("dense",))]
+            for fig in figs:
                 display(fig)
                 plt.close(fig)
 
     def _status_html(self, lay: Layout, model: models.ModelPreset) -> str:
-        head = (f"<b>{html.escape(model.name)}</b>: {model.num_layers} layers, ~{model.approx_params() / 1e9:.2f}B "
-                f"parameters<br><b>layout</b>: {html.escape(lay.describe())}")
+        n = model.approx_params()
+        size = f"{n / 1e9:.1f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+        head = (f"<b>{html.escape(model.name)}</b>: {model.num_layers} layers, ~{size} parameters "
+                f"<span style='color:#666'>(global 0 = micro x DP; VPP 0 = off; first/last 0 = even split)</span>"
+                f"<br><b>layout</b>: {html.escape(lay.describe())}")
         if not self.violations:
             body = "<p style='color:#1a7f37'><b>valid</b> for this model and backend</p>"
         else:
@@ -166,8 +172,9 @@ class LayoutLab:
             same = probe.mismatches(launch.layout_of(run.spec), run.groups) == []
             print(f"final loss {run.final_loss:.4f} after {len(run.losses)} iteration(s); live process groups "
                   f"{'match' if same else 'DIFFER from'} the predicted rank grid | {run.path.name}")
-            ax = plot_losses({self.layout.describe().split(":")[0]: run}, title=f"{self.model.name}: loss")
-            ax.figure.set_size_inches(6, 3)
+            short = self.layout.describe().split(": ", 1)[1].split(";")[0]  # "dense TP2 CP1 DP2 PP1 +SP"
+            fig, ax = plt.subplots(figsize=(6, 3))
+            plot_losses({short: run}, title=f"{self.model.name}: loss", ax=ax)
             plt.show()
         return run
 
@@ -178,7 +185,7 @@ class LayoutLab:
             W.HBox([w["model"], w["backend"]]),
             W.HBox([w["nodes"], w["gpus_per_node"], w["seq_len"], w["micro_batch"], w["global_batch"]]),
             W.HBox([w[k] for k in SIZES] + [w["vpp"], w["sp"]]),
-            W.HBox([W.HTML("uneven pipeline (0 = even split):"), w["first_stage_layers"], w["last_stage_layers"]]),
+            W.HBox([W.HTML("uneven pipeline, layers on the"), w["first_stage_layers"], w["last_stage_layers"]]),
             self.status,
             W.HBox([self.button, w["iters"], w["device"]]),
             self.result,
