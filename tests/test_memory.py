@@ -27,7 +27,7 @@ LAYOUTS = {
     "gpt-pp2-uneven": dict(model="tiny-gpt", pp=2, first_stage_layers=1, last_stage_layers=3),
     "gpt-tp2-sp-distopt": dict(model="tiny-gpt", tp=2, sp=True, dist_opt=True),
     "gpt-pp3-uneven": dict(model="tiny-gpt", pp=3, first_stage_layers=1, last_stage_layers=1),
-    "gpt-pp4": dict(model="tiny-gpt", pp=4),
+    "gpt-pp2-vpp2-distopt": dict(model="tiny-gpt", pp=2, vpp=2, global_batch=4, dist_opt=True),
     "gpt-pp2-dp2-distopt": dict(model="tiny-gpt", pp=2, nproc=4, dist_opt=True),
     "moe-single": dict(model="tiny-moe"),
     "moe-single-distopt": dict(model="tiny-moe", dist_opt=True),
@@ -38,7 +38,7 @@ LAYOUTS = {
     "moe-tp2-sp-etp1-ep2": dict(model="tiny-moe", tp=2, sp=True, etp=1, ep=2),
     "moe-pp2-vpp2-ep2-distopt": dict(model="tiny-moe", pp=2, vpp=2, ep=2, nproc=4, global_batch=4,
                                      dist_opt=True),
-    "moe-ep2-dp4-distopt": dict(model="tiny-moe", ep=2, nproc=4, dist_opt=True),
+    "moe-pp2-distopt": dict(model="tiny-moe", pp=2, nproc=2, dist_opt=True),
 }
 
 
@@ -61,7 +61,7 @@ def test_static_terms_equal_live_jobs(runs):
         problems += [f"{name}: {p}" for p in static_mismatches(spec, ranks)]
         checked += len(ranks)
     assert not problems, "\n".join(problems)
-    assert checked >= 45  # ranks compared, each on every static key
+    assert checked >= 40  # ranks compared, each on every static key
 
 
 def test_padding_changes_distributed_optimizer_shards():
