@@ -14,9 +14,10 @@ A training checkpoint (helpers.runtime.checkpoint writes it) looks like
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
+
+from helpers.paths import sha256  # noqa: F401  (also used as <module>.sha256)
 
 TRACKER = "latest"
 KIT_FILE = "kit_checkpoint.json"
@@ -45,14 +46,6 @@ class CheckpointError(RuntimeError):
 
 def iter_name(iteration: int) -> str:
     return f"iter_{iteration:07d}"
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def latest(root) -> Path | None:

@@ -2,6 +2,7 @@
 working directory is notebooks/) and the command line share one runs/ folder."""
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -21,3 +22,12 @@ def data_dir() -> Path | None:
     """Local data (WikiText, tokenizers) when KIT_DATA_DIR points at it; None otherwise."""
     value = os.environ.get("KIT_DATA_DIR")
     return Path(value) if value else None
+
+
+def sha256(path: Path) -> str:
+    """SHA-256 of a file, read in 1 MiB blocks (data, tokenizer and checkpoint identity checks)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

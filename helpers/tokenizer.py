@@ -12,8 +12,9 @@ Each tokenizer exposes what Megatron-Core's datasets read from a tokenizer: `voc
 `pad` and `unique_identifiers` (part of the index-cache key)."""
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
+
+from helpers.paths import sha256  # noqa: F401  (also used as <module>.sha256)
 
 NAMES = ("byte", "gpt2", "qwen3")
 FILES = {"byte": [], "gpt2": ["vocab.json", "merges.txt"], "qwen3": ["tokenizer.json"]}
@@ -24,14 +25,6 @@ HOW_TO_GET = ("put the tokenizer files under <data dir>/tokenizers/<name>/ (the 
 
 class TokenizerNotFound(FileNotFoundError):
     pass
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def files(name: str, data_dir: Path | None) -> dict[str, Path]:
