@@ -69,6 +69,24 @@ def _tensor_type(self, dtype=None, *args, **kwargs):
     return _ORIGINAL_TYPE(self, dtype, *args, **kwargs)
 
 
+_ORIGINAL_ALL_GATHER = torch.distributed.all_gather
+
+
+def _all_gather_uneven(tensor_list, tensor, group=None, async_op=False):
+    """gloo's all_gather needs equal shapes, but Megatron gathers uneven token counts along dim 0
+    (MoE with ETP > 1: each rank routed a different number of tokens). Pad, gather, cut back."""
+    rows = [t.shape[0] for t in tensor_list]
+    if len(set(rows)) <= 1:
+        return _ORIGINAL_ALL_GATHER(tensor_list, tensor, group=group, async_op=async_op)
+    padded = tensor.new_zeros((max(rows), *tensor.shape[1:]))
+    padded[: tensor.shape[0]] = tensor
+    buffers = [torch.empty_like(padded) for _ in rows]
+    _ORIGINAL_ALL_GATHER(buffers, padded, group=group)
+    for out, buf, n in zip(tensor_list, buffers, rows):
+        out.copy_(buf[:n])
+    return None
+
+
 def activate() -> None:
     """Install the CPU redirections (idempotent). Call after `import megatron.core`."""
     global _ACTIVE
@@ -106,6 +124,8 @@ def activate() -> None:
 
     moe_utils.maybe_move_tensor_to_cpu = move_to_cpu
     token_dispatcher.maybe_move_tensor_to_cpu = move_to_cpu
+    # Uneven all_gather (MoE token gather across ETP ranks) is padded to equal shapes for gloo.
+    torch.distributed.all_gather = _all_gather_uneven
     # `device="cuda"` literals: one global function mode maps them to the CPU.
     _CudaToCpu().__enter__()
     _ACTIVE = True
