@@ -53,7 +53,7 @@ class LayoutLab:
         self.button.on_click(lambda _: self.run())
         for widget in self.w.values():
             widget.observe(self.refresh, names="value")
-        self.violations, self.last_run, self._hold = [], None, False
+        self.violations, self.last_run, self._ran, self._hold = [], None, None, False
         self.refresh()
 
     # ---- reading the panel --------------------------------------------------------------
@@ -97,6 +97,9 @@ class LayoutLab:
         if self._hold:
             return
         lay, model = self.layout, self.model
+        if self.last_run is not None and self._ran != (lay, model.name):  # that result is another layout's
+            self.result.clear_output()
+            self.last_run = None
         self.violations = lay.validate(model)
         self.status.value = self._status_html(lay, model)
         blockers = self.launch_blockers()
@@ -168,7 +171,7 @@ class LayoutLab:
             except (launch.InvalidJob, launch.JobFailed) as e:
                 print(f"{type(e).__name__}: {e}")
                 return None
-            self.last_run = run
+            self.last_run, self._ran = run, (self.layout, self.model.name)
             same = probe.mismatches(launch.layout_of(run.spec), run.groups) == []
             print(f"final loss {run.final_loss:.4f} after {len(run.losses)} iteration(s); live process groups "
                   f"{'match' if same else 'DIFFER from'} the predicted rank grid | {run.path.name}")
