@@ -20,8 +20,7 @@ TRAINED = [  # (model, JobSpec sizes)
     ("tiny-gpt", dict(pp=2, vpp=2, global_batch=2)),
     ("tiny-moe", dict(ep=2, nproc=2)),
     ("tiny-moe", dict(tp=2, sp=True, ep=2, etp=1, nproc=4)),
-    # ETP=2 with the alltoall dispatcher fails on gloo (uneven all-gather); allgather works.
-    ("tiny-moe", dict(tp=2, sp=True, ep=2, etp=2, nproc=4, moe_dispatcher="allgather")),
+    ("tiny-moe", dict(tp=2, sp=True, ep=2, etp=2, nproc=4)),
     ("control-moe-cpu", dict(pp=2, ep=2, nproc=4)),
     ("control-moe-cpu", dict(tp=2, sp=True, pp=2, ep=2, etp=1, nproc=8)),
 ]
@@ -34,7 +33,7 @@ GROUPS_ONLY = [  # CP > 1: groups only
 
 
 def _name(model, sizes):
-    return model + "-" + ("-".join(f"{k}{v}" for k, v in sizes.items() if k != "moe_dispatcher") or "single")
+    return model + "-" + ("-".join(f"{k}{v}" for k, v in sizes.items()) or "single")
 
 
 @pytest.mark.parametrize("model, sizes", TRAINED, ids=[_name(m, s) for m, s in TRAINED])
