@@ -12,9 +12,8 @@ EVAL_INDEX = 1_000_000
 def eval_loss(model: list, spec, device, vocab_size: int) -> float:
     """Global-batch mean loss of the fixed evaluation batch (collective: every rank calls)."""
     from megatron.core import parallel_state as ps
-    from megatron.core.pipeline_parallel import get_forward_backward_func
-
     from helpers.runtime import synthetic
+    from helpers.runtime.schedule import run_schedule
     from helpers.runtime.train import _forward_step, _global_loss
 
     data = [iter(synthetic.microbatches(spec.seed, EVAL_INDEX, spec.global_batch_size, spec.micro_batch,
@@ -22,15 +21,7 @@ def eval_loss(model: list, spec, device, vocab_size: int) -> float:
             for _ in model]
     for m in model:
         m.eval()
-    losses = get_forward_backward_func()(
-        forward_step_func=partial(_forward_step, device, 1.0),
-        data_iterator=data if len(model) > 1 else data[0],
-        model=model if len(model) > 1 else model[0],
-        num_microbatches=spec.num_microbatches,
-        seq_length=spec.seq_len,
-        micro_batch_size=spec.micro_batch,
-        forward_only=True,
-    )
+    losses = run_schedule(model, data, spec, partial(_forward_step, device, 1.0), forward_only=True)
     for m in model:
         m.train()
     return _global_loss(losses, spec, device)

@@ -94,7 +94,7 @@ def _global_loss(losses_reduced, spec: JobSpec, device) -> float:
 
 def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     from megatron.core.distributed import finalize_model_grads
-    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from helpers.runtime.schedule import run_schedule
     from megatron.core import parallel_state as ps
     from helpers.runtime import build, checkpoint, faults, instrument, memory_stats, synthetic
 
@@ -140,7 +140,6 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     facts = rundir.gather_to_rank0(rundir.host_facts(device))
 
     metrics = rundir.Metrics(run_dir, enabled=rank == 0)
-    forward_backward = get_forward_backward_func()
     inst = instrument.Instruments(model, device)  # comm.jsonl, timeline.jsonl, ranks.json extras
     from helpers.runtime import moe_stats
     routers = moe_stats.RouterLog(model)  # moe.jsonl: tokens per expert, aux loss (MoE models)
@@ -164,15 +163,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         opt.zero_grad()
         inst.begin(it + 1)
         routers.begin(it + 1)
-        losses = forward_backward(
-            forward_step_func=partial(_forward_step, device, scale),
-            data_iterator=data if len(model) > 1 else data[0],
-            model=model if len(model) > 1 else model[0],
-            num_microbatches=spec.num_microbatches,
-            seq_length=spec.seq_len,
-            micro_batch_size=spec.micro_batch,
-            forward_only=False,
-        )
+        losses = run_schedule(model, data, spec, partial(_forward_step, device, scale), forward_only=False)
         with inst.paused():  # the kit's own loss sum is not Megatron's traffic
             loss = _global_loss(losses, spec, device)
         card.loss(it + 1, loss)

@@ -22,9 +22,8 @@ class Evaluator:
         self.records: list[dict] = []
 
     def _pass(self, split: str, iteration: int) -> float:
-        from megatron.core.pipeline_parallel import get_forward_backward_func
-
         from helpers.runtime import data
+        from helpers.runtime.schedule import run_schedule
 
         spec, model = self.spec, self.model
         losses = []
@@ -33,12 +32,8 @@ class Evaluator:
         with torch.no_grad():
             for j in range(spec.eval_iters):
                 its = [iter(data.microbatches(self.splits[split], j, spec, self.dp_rank)) for _ in model]
-                out = get_forward_backward_func()(
-                    forward_step_func=partial(self.forward_step, self.device, 1.0),
-                    data_iterator=its if len(model) > 1 else its[0],
-                    model=model if len(model) > 1 else model[0],
-                    num_microbatches=spec.num_microbatches, seq_length=spec.seq_len,
-                    micro_batch_size=spec.micro_batch, forward_only=True)
+                out = run_schedule(model, its, spec, partial(self.forward_step, self.device, 1.0),
+                                   forward_only=True)
                 losses.append(self.global_loss(out, spec, self.device))
         for m in model:
             m.train()
