@@ -5,7 +5,7 @@ matter, on 1 and 2 GPUs, and writes each run's spec plus torch's peak allocated/
 every rank to results.json. The plan is computed afterwards (helpers/memory.py needs no GPU):
 
     python benchmarks/memory_gpu.py --out DIR [--layouts g1,tp2,...]
-    python -m helpers.memory_check DIR/results.json      # plan vs measured table
+    python -m helpers.memory.vs_measured DIR/results.json      # plan vs measured table
 
 One-GPU layouts run two at a time (one per GPU) when two GPUs are visible.
 """

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import torch
 from megatron.core import parallel_state as ps
-from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+from megatron.core.distributed import (
+    DistributedDataParallel,
+    DistributedDataParallelConfig,
+)
 from megatron.core.models.gpt import GPTModel
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.transformer import TransformerConfig
 from megatron.core.transformer.module import Float16Module
-from megatron.core.transformer.transformer_block import TransformerBlockSubmodules, get_num_layers_to_build
+from megatron.core.transformer.transformer_block import (
+    TransformerBlockSubmodules,
+    get_num_layers_to_build,
+)
 
-from helpers.models import ModelPreset
+from helpers.job.models import ModelPreset
+from helpers.job.spec import JobSpec
 from helpers.runtime.modules import ContextParallelAttention, SequenceParallelNorm
-from helpers.spec import JobSpec
 
 
 def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bool) -> TransformerConfig:

@@ -24,14 +24,24 @@ from pathlib import Path
 
 import numpy
 import torch
-from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
-from megatron.core.datasets.blended_megatron_dataset_config import BlendedMegatronDatasetConfig
+from megatron.core.datasets.blended_megatron_dataset_builder import (
+    BlendedMegatronDatasetBuilder,
+)
+from megatron.core.datasets.blended_megatron_dataset_config import (
+    BlendedMegatronDatasetConfig,
+)
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-from megatron.core.datasets.indexed_dataset import DType, IndexedDataset, IndexedDatasetBuilder
+from megatron.core.datasets.indexed_dataset import (
+    DType,
+    IndexedDataset,
+    IndexedDatasetBuilder,
+)
 from megatron.core.datasets.megatron_dataset import MegatronDataset
 
-from helpers import datasource, paths, tokenizer as tokenizers
-from helpers.spec import JobSpec
+from helpers.job import data_source, paths
+from helpers.job import tokenizer as tokenizers
+from helpers.job.spec import JobSpec
+from helpers.rundir import names
 
 FORMAT = 1  # bump when tokenization or the on-disk layout changes (a new cache key)
 SPLITS = ("train", "valid", "test")
@@ -46,25 +56,25 @@ def sizes(spec: JobSpec) -> list[int]:
 
 
 # ---- preprocessing (text -> .bin/.idx) -------------------------------------------------------
-def _texts(src: datasource.Source) -> dict[str, list[str]]:
+def _texts(src: data_source.Source) -> dict[str, list[str]]:
     """Documents per split: WikiText articles, or SFT examples as JSON strings."""
     if src.kind == "wikitext":
-        if src.origin == datasource.GENERATED:
-            return {s: datasource.articles(datasource.generated_wikitext(s)) for s in SPLITS}
-        read = {s: datasource.articles(Path(p).read_text(encoding="utf-8")) for s, p in src.files.items()}
+        if src.origin == data_source.GENERATED:
+            return {s: data_source.articles(data_source.generated_wikitext(s)) for s in SPLITS}
+        read = {s: data_source.articles(Path(p).read_text(encoding="utf-8")) for s, p in src.files.items()}
         if "train" not in read:  # no train file: carve train/valid out of the valid file's articles
             arts = read["valid"]
-            cut = int(len(arts) * datasource.TRAIN_FRACTION)
+            cut = int(len(arts) * data_source.TRAIN_FRACTION)
             read["train"], read["valid"] = arts[:cut], arts[cut:]
         return read
-    if src.origin == datasource.GENERATED:
-        examples = {s: datasource.sft_examples(s) for s in SPLITS}
+    if src.origin == data_source.GENERATED:
+        examples = {s: data_source.sft_examples(s) for s in SPLITS}
     elif "jsonl" in src.files:
-        rows = datasource.read_jsonl(Path(src.files["jsonl"]))
+        rows = data_source.read_jsonl(Path(src.files["jsonl"]))
         a, b = int(len(rows) * 0.8), int(len(rows) * 0.9)
         examples = {"train": rows[:a], "valid": rows[a:b], "test": rows[b:]}
     else:
-        rows = {s: datasource.read_jsonl(Path(p)) for s, p in src.files.items()}
+        rows = {s: data_source.read_jsonl(Path(p)) for s, p in src.files.items()}
         train = rows["train"]
         tenth = max(1, len(train) // 10)
         for i, s in enumerate(("valid", "test")):
@@ -88,7 +98,7 @@ def _write_indexed(prefix: Path, docs: list[list[list[int]]], vocab: int) -> Non
     builder.finalize(str(prefix) + ".idx")
 
 
-def _tokenize(src: datasource.Source, tok, out: Path) -> dict:
+def _tokenize(src: data_source.Source, tok, out: Path) -> dict:
     stats = {}
     for split, texts in _texts(src).items():
         if src.kind == "wikitext":
@@ -103,21 +113,21 @@ def _tokenize(src: datasource.Source, tok, out: Path) -> dict:
     return stats
 
 
-def node_key(src: datasource.Source, tok) -> str:
+def node_key(src: data_source.Source, tok) -> str:
     """Cache key of the tokenized data: format, source files' bytes (or the generator), tokenizer."""
-    files = {k: tokenizers.sha256(Path(v)) for k, v in sorted(src.files.items())}
+    files = {k: paths.sha256(Path(v)) for k, v in sorted(src.files.items())}
     key = json.dumps([FORMAT, src.kind, src.origin, files, tok.unique_identifiers], sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
 def _hash_dir(folder: Path) -> dict[str, str]:
-    return {p.name: tokenizers.sha256(p) for p in sorted(folder.glob("*.bin")) + sorted(folder.glob("*.idx"))}
+    return {p.name: paths.sha256(p) for p in sorted(folder.glob("*.bin")) + sorted(folder.glob("*.idx"))}
 
 
 class Prepared:
     """This node's tokenized data and the facts the report needs."""
 
-    def __init__(self, spec: JobSpec, src: datasource.Source):
+    def __init__(self, spec: JobSpec, src: data_source.Source):
         self.spec, self.src = spec, src
         tok_dir = Path(src.tokenizer_dir) if src.tokenizer_dir else None
         self.tokenizer = tokenizers.load(spec.tokenizer, tok_dir)
@@ -137,9 +147,9 @@ class Prepared:
         stats = _tokenize(self.src, self.tokenizer, tmp)
         tok_files = tokenizers.files(self.spec.tokenizer, Path(self.src.tokenizer_dir) if self.src.tokenizer_dir else None)
         facts = {"host": self.host, "source": self.src.to_dict(), "splits": stats,
-                 "source_sha256": {k: tokenizers.sha256(Path(v)) for k, v in self.src.files.items()},
+                 "source_sha256": {k: paths.sha256(Path(v)) for k, v in self.src.files.items()},
                  "tokenizer": {"name": self.spec.tokenizer, "vocab_size": self.tokenizer.vocab_size,
-                               "sha256": {k: tokenizers.sha256(p) for k, p in tok_files.items()}},
+                               "sha256": {k: paths.sha256(p) for k, p in tok_files.items()}},
                  "indexed_sha256": _hash_dir(tmp), "tokenize_s": round(time.perf_counter() - t0, 3)}
         (tmp / "facts.json").write_text(json.dumps(facts, indent=2))
         if self.dir.exists():  # another job on this node finished first: keep theirs
@@ -167,10 +177,10 @@ class Prepared:
 def prepare(run_dir: Path, spec: JobSpec) -> Prepared:
     """Before torch.distributed starts: local rank 0 of each node tokenizes and builds the index
     cache; the node's other ranks wait for its ready file (which names this node's hashes)."""
-    src = datasource.resolve(spec.data, spec.data_dir)
+    src = data_source.resolve(spec.data, spec.data_dir)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     prep = Prepared(spec, src)
-    ready = Path(run_dir) / "logs" / f"data-ready-{prep.host}.json"
+    ready = Path(run_dir) / names.LOGS / f"data-ready-{prep.host}.json"
     if local_rank == 0:
         prep.ensure_tokenized()
         prep.build()  # single-process mode: Megatron writes the index cache on this node
@@ -215,23 +225,8 @@ class SFTDataset(MegatronDataset):
         doc = int(self.order[idx])
         first = int(self.dataset.document_indices[doc])
         prompt, response = (self.dataset[first].astype(numpy.int64), self.dataset[first + 1].astype(numpy.int64))
-        return sft_sample(prompt, response, self.config.sequence_length, self.config.tokenizer.pad)
-
-
-def sft_sample(prompt, response, seq_len: int, pad: int) -> dict:
-    """tokens/labels/loss_mask of one padded example. A prompt too long for seq_len loses its
-    beginning so that at least some response tokens are trained on; a long response is cut."""
-    keep = min(len(response), max(1, seq_len // 2))
-    prompt = prompt[max(0, len(prompt) - (seq_len + 1 - keep)):]
-    seq = numpy.concatenate([prompt, response])[:seq_len + 1]
-    n = len(seq) - 1  # predicted positions
-    tokens = numpy.full(seq_len, pad, dtype=numpy.int64)
-    labels = numpy.full(seq_len, pad, dtype=numpy.int64)
-    mask = numpy.zeros(seq_len, dtype=numpy.float32)
-    tokens[:n], labels[:n] = seq[:-1], seq[1:]
-    mask[max(0, len(prompt) - 1):n] = 1.0  # label j is seq[j + 1]: a response token from j = len(prompt) - 1
-    return {"tokens": torch.from_numpy(tokens), "labels": torch.from_numpy(labels),
-            "loss_mask": torch.from_numpy(mask), "position_ids": torch.arange(seq_len)}
+        sample = data_source.sft_sample(prompt, response, self.config.sequence_length, self.config.tokenizer.pad)
+        return {k: torch.from_numpy(v) for k, v in sample.items()}
 
 
 # ---- microbatches ---------------------------------------------------------------------------

@@ -59,7 +59,9 @@ class ContextParallelAttention(torch.nn.Module):
 
     def forward(self, query, key, value, attention_mask=None, attn_mask_type=None,
                 attention_bias=None, packed_seq_params=None):
-        from megatron.core.tensor_parallel.mappings import gather_from_sequence_parallel_region
+        from megatron.core.tensor_parallel.mappings import (
+            gather_from_sequence_parallel_region,
+        )
 
         # query: [s_local, b, heads, d]; key/value: [s_local, b, kv_heads, d]
         cp, rank = self.cp_group.size(), self.cp_group.rank()

@@ -11,21 +11,17 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-from helpers import checkpoints, paths
-
-
-class PreflightError(RuntimeError):
-    pass
+from helpers.errors import PreflightError
+from helpers.job import paths
+from helpers.rundir import checkpoint_dir
 
 
 def _watched(spec) -> dict[str, Path]:
     """label -> path of the files this job will read, as this node names them."""
-    from helpers.runtime.checkpoint import load_paths
-
     out = {}
     if spec.seed_checkpoint and spec.env.get("KIT_SEED_CHECKPOINT"):
         out["seed checkpoint"] = Path(os.path.expandvars(spec.env["KIT_SEED_CHECKPOINT"]))
-    for i, path in enumerate(load_paths(spec)):
+    for i, path in enumerate(spec.load_paths()):
         out[f"checkpoint {i}" if i else "checkpoint"] = path
     if paths.data_dir() is not None:
         out["data (KIT_DATA_DIR)"] = paths.data_dir()
@@ -35,14 +31,14 @@ def _watched(spec) -> dict[str, Path]:
 
 
 def _inventory(label: str, path: Path) -> dict:
-    if label.startswith("checkpoint") and path.is_dir() and (path / checkpoints.TRACKER).is_file():
+    if label.startswith("checkpoint") and path.is_dir() and (path / checkpoint_dir.TRACKER).is_file():
         # a checkpoint root: the tracker and the checkpoint it names (not older iter_* folders)
-        target = checkpoints.latest(path)
-        files = {checkpoints.TRACKER: checkpoints.inventory(path / checkpoints.TRACKER)[checkpoints.TRACKER]}
+        target = checkpoint_dir.latest(path)
+        files = {checkpoint_dir.TRACKER: checkpoint_dir.inventory(path / checkpoint_dir.TRACKER)[checkpoint_dir.TRACKER]}
         if target.is_dir():
-            files.update({f"{target.name}/{k}": v for k, v in checkpoints.inventory(target).items()})
+            files.update({f"{target.name}/{k}": v for k, v in checkpoint_dir.inventory(target).items()})
         return files
-    return checkpoints.inventory(path) if path.exists() else {}
+    return checkpoint_dir.inventory(path) if path.exists() else {}
 
 
 def node_view(spec) -> dict:

@@ -23,7 +23,11 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from helpers.runtime import rundir
+from helpers.rundir import checkpoint_dir, names
+from helpers.rundir.writer import write_json
+from helpers.runtime.checkpoint import io as checkpoint_io
+from helpers.runtime.checkpoint.policy import save_root
+from helpers.runtime.gather import describe_process_groups
 
 CHECKS = {
     "process_groups": "process groups on every rank",
@@ -67,7 +71,7 @@ def _short_hashes(hashes: dict) -> str:
 
 class Report:
     def __init__(self, run_dir: Path, spec):
-        self.path = Path(run_dir) / "report.json"
+        self.path = Path(run_dir) / names.REPORT
         self.spec = spec
         self.rank = dist.get_rank()
         self.checks = {k: {"status": "fail", "title": t, "evidence": NOT_REACHED} for k, t in CHECKS.items()}
@@ -92,7 +96,7 @@ class Report:
         if self.rank != 0:
             return
         statuses = [c["status"] for c in self.checks.values()]
-        rundir.write_json(self.path, {
+        write_json(self.path, {
             "passed": "fail" not in statuses,
             "summary": {s: statuses.count(s) for s in ("pass", "fail", "skipped")},
             "layout": self.spec.layout_name(), "data": self.spec.data, "tokenizer": self.spec.tokenizer,
@@ -104,7 +108,7 @@ class Report:
         """Collective."""
         s = self.spec
         want = {"tp": s.tp, "pp": s.pp, "cp": s.cp, "dp": s.dp, "ep": s.ep, "etp": s.expert_tp, "edp": s.edp}
-        mine = rundir.describe_process_groups()
+        mine = describe_process_groups()
         problems = [f"{axis} group {mine.get(axis)} (size {len(mine.get(axis) or [])}, expected {n})"
                     for axis, n in want.items() if len(mine.get(axis) or []) != n]
         problems += [f"not a member of its {a} group" for a in want if self.rank not in (mine.get(a) or [self.rank])]
@@ -223,15 +227,12 @@ class Report:
         happened after the last step)."""
         if not getattr(spec, "save_interval", None):
             return
-        from helpers import checkpoints
-        from helpers.runtime import checkpoint
-
         try:
-            root = checkpoint.save_root(spec, run_dir)
-            latest = checkpoints.latest(root)
+            root = save_root(spec, run_dir)
+            latest = checkpoint_dir.latest(root)
             if latest is None:
-                raise FileNotFoundError(f"no `{checkpoints.TRACKER}` under {root}")
-            info = checkpoints.verify(latest, model_desc.to_dict())
+                raise FileNotFoundError(f"no `{checkpoint_dir.TRACKER}` under {root}")
+            info = checkpoint_dir.verify(latest, model_desc.to_dict())
             before = param_checksums(model)
             with torch.no_grad():
                 for chunk in model:
@@ -239,17 +240,17 @@ class Report:
                         p.zero_()
             # Model only: loading optimizer state into a distributed optimizer that has already
             # stepped fails inside Megatron 0.19 (KeyError 'step' in _set_main_param_and_optimizer_states);
-            # a fresh job resuming from it (tests/test_checkpoint.py) is where the optimizer is checked.
-            checkpoint.load(latest, model, opt, spec, model_desc, beat, load_optimizer=False)
+            # a fresh job resuming from it (tests/jobs/test_checkpoint.py) is where the optimizer is checked.
+            checkpoint_io.load(latest, model, opt, spec, model_desc, beat, load_optimizer=False)
             after = param_checksums(model)
             same = _all_gather(before == after)
             files = sorted(p.name for p in Path(latest).iterdir())
             shards = [f for f in files if f.endswith(".distcp")]
             writers = {int(f[2:].split("_")[0]) for f in shards}  # torch_dist names them __<rank>_<n>.distcp
-            layout_ok = info["layout"] == checkpoint._layout(spec) and writers == set(range(dist.get_world_size()))
+            layout_ok = info["layout"] == spec.layout_record() and writers == set(range(dist.get_world_size()))
             status = "pass" if all(same) and layout_ok and info["iteration"] == spec.iters else "fail"
             evidence = {"path": str(latest), "iteration": info["iteration"], "layout": info["layout"],
-                        "layout_matches_job": info["layout"] == checkpoint._layout(spec),
+                        "layout_matches_job": info["layout"] == spec.layout_record(),
                         "shard_files": f"{len(shards)} .distcp from {len(writers)}/{dist.get_world_size()} ranks",
                         "files": files[:12] + ([f"... {len(files) - 12} more"] if len(files) > 12 else []),
                         "reloaded": f"model weights zeroed, loaded back, bit-identical on {sum(same)}/{len(same)} ranks"}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import torch
 
-
 SPAN = 64  # tokens used: a model first learns that only these occur (loss ln V -> ln 64)
 
 

@@ -1,0 +1,95 @@
+"""JobSpec: everything a training job needs, as plain data. The runner writes it into the run
+directory as `spec.json`; every worker reads it from there. Safe to import on both sides.
+
+The parallel sizes and what derives from them come from `ParallelSizes` (helpers/job/sizes.py).
+Every field has a one-line doc (`JobSpec.doc(name)`); `python -m helpers --help` prints them."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+
+from helpers.job.sizes import ParallelSizes, knob
+from helpers.job.tokenizer import NAMES as TOKENIZERS
+
+DATA_KINDS = ("synthetic", "wikitext", "sft")
+
+
+@dataclass(frozen=True)
+class JobSpec(ParallelSizes):
+    dist_opt: bool = knob(False, "distributed optimizer: optimizer state sharded over data-parallel ranks")
+    micro_batch: int = knob(2, "sequences per microbatch")
+    # ---- model and training
+    model: str = knob("tiny-gpt", "model preset (helpers/job/models.py)")
+    model_overrides: dict = knob(dict, "preset fields to change, e.g. num_layers=2", cli="keyvalue")
+    iters: int = knob(5, "training iterations")
+    lr: float = knob(3e-3, "learning rate (constant)")
+    clip_grad: float = knob(1.0, "gradient-norm clipping threshold")
+    seed: int = knob(1234, "random seed: initial weights, synthetic data")
+    moe_dispatcher: str = knob("alltoall", "MoE token dispatcher", choices=("alltoall", "allgather"))
+    # ---- data (helpers/job/data_source.py; worker side helpers/runtime/data.py)
+    data: str = knob("synthetic", "synthetic tokens, WikiText-2 (continued pretraining) or prompt/response SFT",
+                     choices=DATA_KINDS)
+    tokenizer: str = knob("byte", "byte (258 tokens, fits the tiny presets), gpt2 or qwen3", choices=TOKENIZERS)
+    data_dir: str | None = knob(None, "data folder, an SFT .jsonl file, or 'generated'; none = KIT_DATA_DIR, "
+                                "then HF datasets, then generated")
+    eval_interval: int = knob(0, "validate every K iterations (0 = after the last only); real data only")
+    eval_iters: int = knob(2, "global batches per validation and per test pass")
+    # ---- where and how
+    device: str = knob("auto", "auto = cuda when a GPU is visible, else cpu", choices=("auto", "cpu", "cuda"))
+    precision: str = knob("auto", "auto = fp32 on cpu, bf16 on cuda", choices=("auto", "fp32", "bf16"))
+    seed_checkpoint: bool = knob(True, "start from the cached world-size-1 seed checkpoint (same weights in "
+                                 "every layout); off = each layout's own random init")
+    name: str | None = knob(None, "run-directory prefix; none = <model>-<layout>")
+    out: str = knob("runs", "parent folder of run directories")
+    timeout_s: float = knob(600.0, "wall-clock limit in seconds; the job is killed and its stalled ranks named",
+                            aliases=("--timeout",))
+    env: dict = knob(dict, "extra environment variables for every rank, e.g. KIT_FAULT=nan@2", cli="keyvalue")
+    groups_only: bool = knob(False, "start the process groups, write groups.json and stop (no model, no data)",
+                             cli=False)
+    # ---- checkpoints (helpers/runtime/checkpoint/). Paths may use $VARS, expanded on each node.
+    save_interval: int | None = knob(None, "save every N iterations and after the last; none = never")
+    save_dir: str | None = knob(None, "where to save; none = <run_dir>/checkpoints")
+    load_dir: str | list | None = knob(None, "resume from this folder's `latest` (or an iter_* folder); "
+                                       "several with eval_only")
+    load_optimizer: bool = knob(True, "load the optimizer state too (off: weights only, fresh optimizer)")
+    eval_only: bool = knob(False, "evaluate load_dir's checkpoint(s) on a fixed batch, forward only "
+                           "(eval.json); no training")
+
+    # ---- what other modules ask of a spec ---------------------------------------------
+    def layout_record(self) -> dict:
+        """The layout as recorded in manifest.json and in every checkpoint's kit record (a
+        checkpoint resumed in an equal layout also restores each rank's RNG state)."""
+        return {"world_size": self.world_size, "tp": self.tp, "pp": self.pp, "vpp": self.vpp, "cp": self.cp,
+                "dp": self.dp, "ep": self.ep, "etp": self.expert_tp, "edp": self.edp, "sp": self.sp,
+                "dist_opt": self.dist_opt, "first_stage_layers": self.first_stage_layers,
+                "last_stage_layers": self.last_stage_layers}
+
+    def load_paths(self) -> list[Path]:
+        """load_dir as a list of paths, $VARS expanded (on a worker: this node's values)."""
+        dirs = self.load_dir if isinstance(self.load_dir, list) else [self.load_dir] if self.load_dir else []
+        return [Path(os.path.expandvars(str(d))) for d in dirs]
+
+    @classmethod
+    def doc(cls, name: str) -> str:
+        return next(f.metadata.get("doc", "") for f in fields(cls) if f.name == name)
+
+    # ---- (de)serialisation ---------------------------------------------------------
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "JobSpec":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"unknown JobSpec fields: {sorted(unknown)}")
+        return cls(**d)
+
+    def write(self, path: Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2))
+
+    @classmethod
+    def read(cls, path: Path) -> "JobSpec":
+        return cls.from_dict(json.loads(Path(path).read_text()))

@@ -1,0 +1,126 @@
+"""Command line of the job runner: `python -m helpers [flags]` (also `python -m helpers.launch`).
+Every flag comes from a JobSpec field and its one-line doc (helpers/job/spec.py, sizes.py), so
+the command line can do whatever the Python API can. The last line printed is the run directory
+(scripts can capture it)."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from helpers.errors import InvalidJob, JobFailed
+from helpers.job import models
+from helpers.job.spec import JobSpec
+
+GROUPS = [  # help sections, by field
+    ("layout", ["tp", "pp", "vpp", "cp", "ep", "etp", "sp", "dist_opt", "nproc", "first_stage_layers",
+                "last_stage_layers"]),
+    ("model and training", ["model", "model_overrides", "iters", "micro_batch", "global_batch", "seq_len", "lr",
+                            "clip_grad", "seed", "moe_dispatcher"]),
+    ("data", ["data", "tokenizer", "data_dir", "eval_interval", "eval_iters"]),
+    ("checkpoints", ["save_interval", "save_dir", "load_dir", "load_optimizer", "eval_only"]),
+    ("where and how", ["device", "precision", "seed_checkpoint", "name", "out", "timeout_s", "env"]),
+]
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _scalar(type_text: str):
+    for t, conv in (("int", int), ("float", float)):
+        if type_text.split(" | ")[0] == t:
+            return conv
+    return str
+
+
+def _keyvalue(text: str) -> tuple[str, object]:
+    key, sep, value = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except json.JSONDecodeError:
+        return key, value
+
+
+def _add(group, f: dataclasses.Field, default) -> None:
+    meta, doc = f.metadata, f.metadata.get("doc", "")
+    if f.name == "model":
+        doc += f": {', '.join(models.names())}"
+    flags = [_flag(f.name), *meta.get("aliases", ())]
+    if f.type == "bool":
+        if default:  # on by default: the flag turns it off
+            group.add_argument(_flag("no_" + f.name), dest=f.name, action="store_false", help=f"turn off: {doc}")
+        else:
+            group.add_argument(*flags, dest=f.name, action="store_true", help=doc)
+    elif meta.get("cli") == "keyvalue":
+        group.add_argument(*flags, dest=f.name, type=_keyvalue, action="append", metavar="KEY=VALUE",
+                           help=f"{doc} (repeat the flag for more)")
+    elif "list" in f.type:
+        group.add_argument(*flags, dest=f.name, nargs="+", metavar="PATH", help=doc)
+    else:
+        shown = "" if default is None else f" (default {default})"
+        group.add_argument(*flags, dest=f.name, type=_scalar(f.type), choices=meta.get("choices"),
+                           default=None, help=doc + shown)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m helpers",
+                                description="Run a Megatron-Core training job with torchrun "
+                                            "(flags = JobSpec fields, helpers/job/spec.py).")
+    by_name = {f.name: f for f in dataclasses.fields(JobSpec)}
+    defaults = JobSpec()
+    for title, fields in GROUPS:
+        group = p.add_argument_group(title)
+        for name in fields:
+            _add(group, by_name[name], getattr(defaults, name))
+    listed = {n for _, names in GROUPS for n in names}
+    missing = [n for n, f in by_name.items() if n not in listed and f.metadata.get("cli", True) is not False]
+    assert not missing, f"JobSpec fields without a command-line flag: {missing} (add them to GROUPS)"
+    p.add_argument("--from-manifest", type=Path, default=None,
+                   help="repeat the run recorded in a manifest.json (other flags are ignored)")
+    return p
+
+
+def spec_from_args(a: argparse.Namespace) -> JobSpec:
+    if a.from_manifest is not None:
+        if not a.from_manifest.is_file():
+            sys.exit(f"error: manifest not found: {a.from_manifest}")
+        recorded = json.loads(a.from_manifest.read_text())["spec"]
+        recorded["env"] = {k: v for k, v in recorded.get("env", {}).items() if k != "KIT_SEED_CHECKPOINT"}
+        return dataclasses.replace(JobSpec.from_dict(recorded), name=None)
+    given = {}
+    for f in dataclasses.fields(JobSpec):
+        value = getattr(a, f.name, None)
+        if f.type == "bool":
+            if value != getattr(JobSpec(), f.name):
+                given[f.name] = value
+        elif f.metadata.get("cli") == "keyvalue":
+            if value:
+                given[f.name] = dict(value)
+        elif value is not None:
+            given[f.name] = value[0] if isinstance(value, list) and len(value) == 1 else value
+    return JobSpec(**given)
+
+
+def main(argv=None) -> None:
+    from helpers.launch.runner import run
+    from helpers.rundir.report_text import text
+
+    args = parser().parse_args(argv)
+    spec = spec_from_args(args)
+    try:
+        result = run(spec, progress=sys.stderr.isatty())
+    except (InvalidJob, JobFailed) as e:
+        sys.exit(f"error: {e}")
+    for m in result.metrics:
+        print(f"iteration {m['iteration']:4d}  loss {m['loss']:.6f}  grad_norm {m['grad_norm']:.4f}  "
+              f"step {m['step_time_s'] * 1000:.0f} ms")
+    print(f"world size {result.spec.world_size} ({result.spec.layout_name()}), "
+          f"final loss {result.final_loss:.6f}" if result.metrics else "no iterations run")
+    if result.report:
+        print(text(result.report))
+    print(result.path)

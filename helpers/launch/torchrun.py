@@ -1,0 +1,208 @@
+"""Starting, watching and stopping torchrun: the one copy of the command line, the environment
+every rank gets, the poll/timeout/kill loop, and the failure summary. Used by the runner (one
+node), the multi-node simulation (N agents) and `launch/multinode.sh` (real nodes):
+
+    python -m helpers.launch.torchrun agent --nnodes N --nproc-per-node G --endpoint HOST:PORT RUN_DIR
+
+runs one node's agent of a prepared run directory in the foreground (what multinode.sh does)."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from helpers.errors import JobFailed, JobTimeout
+from helpers.job import paths
+from helpers.job.spec import JobSpec
+from helpers.rundir import names
+from helpers.rundir.reader import RunDir
+
+WORKER = "helpers.runtime.train"
+
+
+def command(run_dir: Path, nproc_per_node: int, nnodes: int = 1, endpoint: str | None = None,
+            extra: list[str] = ()) -> list[str]:
+    """torchrun for one node: standalone on a single node, else an elastic agent joining a c10d
+    rendezvous of `nnodes` agents at `endpoint` (id = the run directory's name)."""
+    if nnodes == 1 and endpoint is None:
+        where = ["--standalone", "--nnodes", "1"]
+    else:
+        where = ["--nnodes", str(nnodes), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint,
+                 "--rdzv-id", Path(run_dir).name]
+    return [sys.executable, "-m", "torch.distributed.run", *where, "--nproc-per-node", str(nproc_per_node),
+            "-m", WORKER, str(run_dir), *extra]
+
+
+def environment(spec: JobSpec, base: dict | None = None) -> dict:
+    """The environment of every rank: unbuffered output, one OpenMP thread (many ranks share few
+    cores), NVLink multicast off, Megatron's TP/SP ordering switch, the kit on PYTHONPATH."""
+    env = dict(os.environ if base is None else base)
+    env.update({
+        "PYTHONUNBUFFERED": "1",
+        "OMP_NUM_THREADS": env.get("OMP_NUM_THREADS", "1"),
+        "NCCL_NVLS_ENABLE": "0",  # NVLink multicast stays off on shared machines
+        "CUDA_DEVICE_MAX_CONNECTIONS": "1",  # Megatron's TP/SP comm-compute ordering expects it
+        "PYTHONPATH": os.pathsep.join([str(paths.REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        "PYTHONWARNINGS": "ignore",
+    })
+    if spec.device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""  # CPU jobs never touch a GPU, even where one exists
+    env.update({k: str(v) for k, v in spec.env.items()})
+    return env
+
+
+def start(cmd: list[str], env: dict, log_path: Path) -> subprocess.Popen:
+    """One agent in its own process group (one kill stops every rank it started)."""
+    log = open(log_path, "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            cwd=paths.REPO_ROOT, start_new_session=True)
+    proc.log = log
+    return proc
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL, to the agent's whole process group."""
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _progress_bar(total: int, desc: str, enabled: bool):
+    if not enabled or total <= 0:
+        return None
+    from tqdm.auto import tqdm
+    return tqdm(total=total, desc=desc, unit="it", leave=True)
+
+
+def watch(procs: list[subprocess.Popen], run: RunDir, timeout_s: float, what: str = "job",
+          progress: bool = False, on_exit=None) -> None:
+    """Wait for every agent; follow metrics.jsonl with a progress bar. Past `timeout_s` every
+    agent's group is killed and JobTimeout names the stalled ranks; a failed agent gets a moment
+    for its peers to stop, then JobFailed names the root-cause ranks. `on_exit()` runs after the
+    agents are gone and before the failure is summarised (the multi-node simulation merges logs)."""
+    bar = _progress_bar(run.spec.iters, run.path.name, progress)
+    deadline = time.monotonic() + timeout_s
+    seen = 0
+    try:
+        while any(p.poll() is None for p in procs):
+            if time.monotonic() > deadline:
+                for p in procs:
+                    kill_group(p)
+                if on_exit:
+                    on_exit()
+                msg, ranks = failure_message(run, f"{what} timed out after {timeout_s:.0f} s")
+                raise JobTimeout(msg, run, ranks)
+            if len(procs) > 1 and any(p.poll() not in (None, 0) for p in procs):
+                try:  # one agent failed: give the others a moment to stop on their own
+                    for p in procs:
+                        p.wait(timeout=max(1.0, min(30.0, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    pass
+                break
+            time.sleep(0.2)
+            if bar is not None:
+                done = len(run.metrics)
+                if done > seen:
+                    bar.update(done - seen)
+                    bar.set_postfix(loss=f"{run.metrics[-1]['loss']:.4f}")
+                    seen = done
+    except BaseException:
+        for p in procs:
+            kill_group(p)  # KeyboardInterrupt in a notebook also ends the job
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+        for p in procs:
+            if p.poll() is None:
+                kill_group(p)
+            getattr(p, "log", None) and p.log.close()
+    if on_exit:
+        on_exit()
+    codes = [p.returncode for p in procs]
+    if any(codes):
+        shown = codes[0] if len(codes) == 1 else codes
+        msg, ranks = failure_message(run, f"{what} failed (torchrun exit code{'s' if len(codes) > 1 else ''} {shown})")
+        raise JobFailed(msg, run, ranks)
+
+
+# ---- why a job failed ---------------------------------------------------------------------------
+def crashed_ranks(run: RunDir) -> dict[int, int]:
+    """{rank: exit code} from torchrun's failure summary (ranks that died without a Python error)."""
+    log = run.path / names.TORCHRUN_LOG
+    text = log.read_text(errors="replace") if log.exists() else ""
+    found = re.findall(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)", text)
+    return {int(r): int(code) for r, code in found}
+
+
+# A rank whose peer died fails too, with one of these; it is a consequence, not the cause.
+PEER_LOST = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|communicator was aborted"
+                       r"|NCCL error|Timed out|timed out|Socket Timeout", re.I)
+
+
+def failure_message(run: RunDir, what: str) -> tuple[str, list[int]]:
+    """The summary a failed job raises: root-cause ranks with their error (or, for a hang, the
+    stalled ranks with the last phase they reached and their last log lines)."""
+    errors = run.errors
+    primary = {r: e for r, e in errors.items() if not PEER_LOST.search(e["message"])}
+    for r, code in crashed_ranks(run).items():
+        if r not in errors and code != -signal.SIGTERM:  # SIGTERM: torchrun's own teardown
+            primary[r] = {"type": "ProcessDied", "message": f"exit code {code} without a Python error "
+                          f"(killed, out of memory, or a crash in native code); last log lines:\n"
+                          f"{run.log_tail(r, 6)}"}
+    ranks = sorted(primary) or sorted(errors) or run.stalled_ranks()
+    beats = run.heartbeats
+    lines = [f"{what} (run directory: {run.path})"]
+    if not errors and not primary:
+        lines.append(f"stalled rank(s): {ranks} (furthest behind; the others wait for them)")
+    for r in ranks[:4]:
+        if r in primary or r in errors:
+            e = primary.get(r) or errors[r]
+            lines.append(f"rank {r}: {e['type']}: {e['message']}")
+        else:
+            where = beats.get(r, {})
+            lines.append(f"rank {r}: last reached '{where.get('phase', 'process start')}'"
+                         f" (iteration {where.get('iteration', 0)}); last log lines:\n{run.log_tail(r, 6)}")
+    lost = sorted(set(errors) - set(ranks))
+    if lost:
+        lines.append(f"ranks {lost} stopped because a peer failed")
+    if not errors and not primary:
+        launcher = run.path / names.TORCHRUN_LOG
+        if launcher.exists():
+            lines.append("torchrun: " + "\n".join(launcher.read_text(errors="replace").splitlines()[-6:]))
+    return "\n".join(lines), ranks
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m helpers.launch.torchrun",
+                                description="Run one node's torchrun agent of a prepared run directory.")
+    p.add_argument("action", choices=["agent"])
+    p.add_argument("run_dir", type=Path)
+    p.add_argument("--nnodes", type=int, required=True)
+    p.add_argument("--nproc-per-node", type=int, required=True)
+    p.add_argument("--endpoint", required=True, help="MASTER_ADDR:MASTER_PORT of the c10d rendezvous")
+    a = p.parse_args(argv)
+    spec_path = a.run_dir / names.SPEC
+    if not spec_path.is_file():
+        sys.exit(f"error: {spec_path} not found: prepare the run directory on a file system every node "
+                 f"mounts first (python -m helpers.launch.multinode prepare ...)")
+    spec = JobSpec.read(spec_path)
+    cmd = command(a.run_dir, a.nproc_per_node, a.nnodes, a.endpoint)
+    os.chdir(paths.REPO_ROOT)
+    os.execvpe(cmd[0], cmd, environment(spec))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Activation memory: a tensor-by-tensor account of what autograd saves per layer for one
+microbatch on the given backend (and the largest transient of its backward), and how many
+microbatches a pipeline stage holds in flight under 1F1B or the interleaved schedule."""
+from __future__ import annotations
+
+from helpers.job.layout import Layout
+from helpers.job.models import ModelPreset
+from helpers.memory.static import layer_kind
+from helpers.memory.training import Training
+
+
+def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) -> tuple[float, float]:
+    """(saved bytes, largest backward transient) of one attention block for one microbatch.
+    T = tokens per rank (seq/CP x micro batch); Th = tokens of the tensors that SP splits."""
+    B, h, a, tp = tr.act_bytes, model.hidden_size, model.num_attention_heads, lay.tp
+    s = lay.seq_len // lay.cp
+    b = lay.micro_batch
+    stats = 8 if model.normalization == "LayerNorm" else 4
+    if model.multi_latent_attention:
+        qk = model.qk_head_dim + model.qk_pos_emb_head_dim
+        q_w, v_w = a * qk // tp, a * model.v_head_dim // tp
+        proj_in = v_w
+        # q, k (a heads each), v, the kv latent and its norm input
+        qkv_saved = T * (2 * q_w + v_w + 2 * model.kv_lora_rank) * B
+    else:
+        d = model.kv_channels or h // a
+        q_w = a * d // tp
+        proj_in = q_w
+        if model.kv_heads < a:  # GQA: rope'd q, and k/v repeated to every head (repeat_interleave)
+            qkv_saved = 3 * T * q_w * B
+        else:  # MHA: rope'd q and k are new tensors; v stays a view that keeps the fused qkv output
+            qkv_saved = (2 * q_w + 3 * q_w) * T * B
+    ln = Th * h * B + Th * stats  # norm input (+ mean/rstd in fp32)
+    qkv_in = Th * h * B  # the column-parallel linear saves its un-gathered input
+    heads = a // tp
+    if getattr(lay, "backend", "local") == "te":  # flash/cuDNN attention: no s x s matrix, softmax stats only
+        core = T * heads * 4
+        transient = 0.0
+    elif lay.cp > 1:  # the kit's ContextParallelAttention (helpers/runtime/modules.py): K/V all-gathered
+        s_full = lay.seq_len
+        kv_full = b * s_full * q_w  # gathered K/V, repeated to every head
+        # fp32 copies of q and the gathered k (saved by the matmul), the gathered v, fp32 softmax
+        # output and its bf16 copy over (local queries x all keys)
+        core = T * q_w * 4 + kv_full * 4 + kv_full * B + b * heads * s * s_full * (4 + B)
+        qkv_saved = 0  # the matmuls save the fp32/gathered copies counted in `core`
+        transient = b * heads * s * s_full * (B + 4 + 4)
+    else:  # local DotProductAttention: fp32 softmax output (+ its bf16 copy used by bmm unless fp32)
+        core = b * heads * s * s * (4 + (B if tr.precision != "fp32" else 0))
+        # backward of softmax: grad of probs (B), its fp32 copy, softmax-backward output (fp32)
+        transient = b * heads * s * s * (B + 4 + 4)
+    saved = ln + qkv_in + qkv_saved + core + T * proj_in * B
+    if tr.recompute == "selective":  # the core attention is recomputed: only q, k, v stay
+        saved -= core
+    return saved, transient
+
+
+def _mlp_act(model: ModelPreset, width: int, tokens: int, split: int, B: int) -> float:
+    """fc1 output and what the activation saves, fc2 input."""
+    f = width // split
+    per = {"swiglu": 4 * f, "gelu": 2 * f, "squared_relu": 2 * f}[model.activation]
+    return tokens * per * B
+
+
+def layer_activation(model: ModelPreset, lay: Layout, tr: Training, i: int) -> tuple[float, float]:
+    """(bytes autograd keeps for layer i for one microbatch, largest backward transient)."""
+    B, h, tp = tr.act_bytes, model.hidden_size, lay.tp
+    T = lay.seq_len // lay.cp * lay.micro_batch
+    Th = T // tp if lay.sp else T
+    stats = 8 if model.normalization == "LayerNorm" else 4
+    if tr.recompute == "full":  # only the layer's input survives the forward
+        return Th * h * B, 0.0
+    kind = layer_kind(model, i)
+    saved, transient = 0.0, 0.0
+    if kind in ("dense", "moe", "*"):
+        saved, transient = _attn_act(model, lay, tr, T, Th)
+    if kind == "M":
+        inner = model.mamba_num_heads * model.mamba_head_dim // tp
+        bc = 2 * model.mamba_num_groups * model.mamba_state_dim // tp
+        heads = model.mamba_num_heads // tp
+        # norm input + in_proj input, in_proj output (z, xBC, dt), conv output, SSM output + gated
+        # norm input/output, out_proj input; the chunked scan keeps fp32 states per chunk (256 tokens)
+        saved = (2 * Th * h * B + T * (2 * inner + bc + heads) * B + T * (inner + bc) * B
+                 + 3 * T * inner * B + T // 256 * heads * model.mamba_head_dim * model.mamba_state_dim * 4)
+    mlp_ln = Th * h * B + Th * stats + Th * h * B  # pre-MLP norm input, fc1/router input
+    if kind in ("dense", "-"):
+        saved += mlp_ln + _mlp_act(model, model.ffn_hidden_size, T, tp, B)
+    elif kind in ("moe", "E"):
+        k, E = model.moe_router_topk, model.num_experts
+        routed = Th * k * lay.expert_tp  # tokens after dispatch, per rank (balanced routing)
+        saved += mlp_ln + Th * E * 4 * 3  # router logits, probabilities, routing map (fp32)
+        saved += routed * h * B * 2  # permuted tokens (dispatch output) and expert fc1 input
+        saved += _mlp_act(model, model.expert_ffn, routed, lay.expert_tp, B) + routed * h * B  # + unpermute input
+        if model.moe_shared_expert_intermediate_size:
+            saved += _mlp_act(model, model.moe_shared_expert_intermediate_size, T, tp, B)
+    return saved, transient
+
+
+def in_flight(lay: Layout, stage: int) -> int:
+    """Model-chunk microbatches whose activations one rank of `stage` holds at once (Megatron's 1F1B
+    warm-up + 1; interleaved: warm-up counted in chunk-microbatches)."""
+    M, pp, vpp = lay.global_batch_size // (lay.micro_batch * lay.dp), lay.pp, lay.vpp or 1
+    if pp == 1:
+        return 1
+    if vpp == 1:
+        return min(pp - stage, M)
+    total = M * vpp
+    if M == pp:
+        return total
+    warmup = (pp - stage - 1) * 2 + (vpp - 1) * pp
+    return min(warmup + 1, total)

@@ -1,0 +1,232 @@
+"""Static memory, exactly: the parameter list every rank builds (Megatron-Core's GPT/MoE/MLA/Mamba
+layers, per pipeline stage and virtual chunk) and the bytes of parameters, gradient buffers, fp32
+main parameters and Adam states laid out as Megatron's DDP and distributed optimizer lay them out.
+For the kit's models these equal what a live job holds, byte for byte (tests/unit/test_memory.py)."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from helpers.job.layout import Layout
+from helpers.job.models import ModelPreset
+from helpers.memory.training import Training
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    numel: int  # elements on this rank
+    expert: bool = False  # routed-expert weight: sharded over EP x ETP, gradients reduced over EDP
+
+
+def layer_kind(model: ModelPreset, i: int) -> str:
+    """attention+mlp ('dense'), attention+moe ('moe'), or a hybrid layer's one mixer ('M', '*', '-', 'E')."""
+    if model.is_hybrid:
+        return model.hybrid_pattern[i]
+    return "moe" if model.is_moe and i >= model.first_k_dense else "dense"
+
+
+def _norm(model: ModelPreset, prefix: str, width: int) -> list[Param]:
+    out = [Param(prefix + ".weight", width)]
+    if model.normalization == "LayerNorm":
+        out.append(Param(prefix + ".bias", width))
+    return out
+
+
+def _attention(model: ModelPreset, tp: int, p: str) -> list[Param]:
+    h, a = model.hidden_size, model.num_attention_heads
+    if model.multi_latent_attention:
+        qk, rope, v = model.qk_head_dim, model.qk_pos_emb_head_dim, model.v_head_dim
+        out = [Param(p + "linear_proj.weight", h * a * v // tp)]
+        if model.q_lora_rank is None:
+            out.append(Param(p + "linear_q_proj.weight", a * (qk + rope) * h // tp))
+        else:
+            out += [Param(p + "linear_q_down_proj.weight", model.q_lora_rank * h),
+                    Param(p + "linear_q_up_proj.weight", a * (qk + rope) * model.q_lora_rank // tp)]
+            out += _norm(model, p + "q_layernorm", model.q_lora_rank)
+        out += [Param(p + "linear_kv_down_proj.weight", (model.kv_lora_rank + rope) * h),
+                Param(p + "linear_kv_up_proj.weight", a * (qk + v) * model.kv_lora_rank // tp)]
+        out += _norm(model, p + "kv_layernorm", model.kv_lora_rank)
+        return out
+    d = model.kv_channels or h // a
+    g = max(model.kv_heads // tp, 1)  # KV heads are replicated when tp > groups
+    out = [Param(p + "linear_proj.weight", h * a * d // tp),
+           Param(p + "linear_qkv.weight", (a // tp + 2 * g) * d * h)]
+    if model.add_bias_linear:
+        out += [Param(p + "linear_proj.bias", h), Param(p + "linear_qkv.bias", (a // tp + 2 * g) * d)]
+    if model.qk_layernorm:
+        out += _norm(model, p + "q_layernorm", d) + _norm(model, p + "k_layernorm", d)
+    return out
+
+
+def _mlp(model: ModelPreset, width: int, split: int, p: str, expert: bool = False) -> list[Param]:
+    h, glu = model.hidden_size, 2 if model.activation == "swiglu" else 1
+    out = [Param(p + "linear_fc1.weight", glu * width // split * h, expert),
+           Param(p + "linear_fc2.weight", h * width // split, expert)]
+    if model.add_bias_linear:
+        out += [Param(p + "linear_fc1.bias", glu * width // split, expert), Param(p + "linear_fc2.bias", h, expert)]
+    return out
+
+
+def _moe(model: ModelPreset, lay: Layout, p: str) -> list[Param]:
+    h, E = model.hidden_size, model.num_experts
+    out = [Param(p + "router.weight", E * h)]  # replicated on every rank, reduced over DP
+    for e in range(E // lay.ep):
+        out += _mlp(model, model.expert_ffn, lay.expert_tp, f"{p}experts.local_experts.{e}.", expert=True)
+    if model.moe_shared_expert_intermediate_size:  # a dense MLP, split by TP
+        out += _mlp(model, model.moe_shared_expert_intermediate_size, lay.tp, p + "shared_experts.")
+    return out
+
+
+def _mamba(model: ModelPreset, tp: int, p: str) -> list[Param]:
+    """Megatron-Core's MambaMixer (Mamba-2): in_proj -> (z, x, B, C, dt), depthwise conv over x,B,C,
+    per-head A, D and dt bias, a gated norm over the inner width, out_proj."""
+    h = model.hidden_size
+    inner, heads = model.mamba_num_heads * model.mamba_head_dim, model.mamba_num_heads
+    bc = 2 * model.mamba_num_groups * model.mamba_state_dim
+    conv = (inner + bc) // tp
+    return [Param(p + "in_proj.weight", (2 * inner + bc + heads) // tp * h),
+            Param(p + "conv1d.weight", conv * 4), Param(p + "conv1d.bias", conv),
+            Param(p + "dt_bias", heads // tp), Param(p + "A_log", heads // tp), Param(p + "D", heads // tp),
+            Param(p + "norm.weight", inner // tp), Param(p + "out_proj.weight", h * inner // tp)]
+
+
+def layer_params(model: ModelPreset, lay: Layout, i: int) -> list[Param]:
+    """The parameters layer `i` holds on one rank, in Megatron's module (named_parameters) order."""
+    p, kind, h = f"decoder.layers.{i}.", layer_kind(model, i), model.hidden_size
+    if model.is_hybrid:  # one norm + one mixer per layer
+        mixer = {"M": lambda: _mamba(model, lay.tp, p + "mixer."),
+                 "*": lambda: _attention(model, lay.tp, p + "self_attention."),
+                 "-": lambda: _mlp(model, model.ffn_hidden_size, lay.tp, p + "mlp."),
+                 "E": lambda: _moe(model, lay, p + "mlp.")}[kind]()
+        return _norm(model, p + "norm", h) + mixer
+    out = _norm(model, p + "input_layernorm", h) + _attention(model, lay.tp, p + "self_attention.")
+    out += _norm(model, p + "pre_mlp_layernorm", h)
+    if kind == "moe":
+        return out + _moe(model, lay, p + "mlp.")
+    return out + _mlp(model, model.ffn_hidden_size, lay.tp, p + "mlp.")
+
+
+def stage_layers(model: ModelPreset, lay: Layout) -> list[list[list[int]]]:
+    """[stage][virtual chunk] -> global layer indices, as Megatron assigns them: uneven first/last
+    stages take their counts, middle stages share the rest; each stage's layers are split evenly over
+    its VPP chunks, and chunks run in order chunk 0 of every stage, then chunk 1, ..."""
+    L, pp, vpp = model.num_layers, lay.pp, lay.vpp or 1
+    counts = [L // pp] * pp
+    if lay.first_stage_layers is not None or lay.last_stage_layers is not None:
+        first = lay.first_stage_layers
+        last = lay.last_stage_layers
+        n_mid = pp - (first is not None) - (last is not None)
+        rest = L - (first or 0) - (last or 0)
+        mid = rest // n_mid if n_mid else 0
+        counts = [mid] * pp
+        if first is not None:
+            counts[0] = first
+        if last is not None:
+            counts[-1] = last
+    out = [[[] for _ in range(vpp)] for _ in range(pp)]
+    i = 0
+    for v in range(vpp):
+        for s in range(pp):
+            n = counts[s] // vpp
+            out[s][v] = list(range(i, i + n))
+            i += n
+    return out
+
+
+def chunk_params(model: ModelPreset, lay: Layout, stage: int, chunk: int) -> list[Param]:
+    """Every parameter of one model chunk (one GPTModel) on a rank of `stage`, in module order."""
+    layers = stage_layers(model, lay)
+    pp, vpp = lay.pp, lay.vpp or 1
+    h = model.hidden_size
+    out = []
+    if stage == 0 and chunk == 0:
+        out.append(Param("embedding.word_embeddings.weight", model.vocab_size // lay.tp * h))
+    for i in layers[stage][chunk]:
+        out += layer_params(model, lay, i)
+    if stage == pp - 1 and chunk == vpp - 1:
+        out += _norm(model, "decoder.final_layernorm", h)
+        out.append(Param("output_layer.weight", model.vocab_size // lay.tp * h))
+    return out
+
+
+def _buffer_numel(params: list[Param], shards: int, dist_opt: bool) -> int:
+    """Elements of one DDP gradient buffer (one bucket: the kit does not overlap grad reduction)."""
+    if not dist_opt:
+        return sum(p.numel for p in params)
+    # Parameters in reverse module order, each start rounded up to 64 elements; the end padded to
+    # lcm(shards, 128). Only the last parameter's own padding is absent, which the end padding covers.
+    total = sum(-(-p.numel // 64) * 64 for p in params)
+    div = math.lcm(shards, 128)
+    return -(-total // div) * div
+
+
+def _shard_numels(params: list[Param], shards: int) -> list[int]:
+    """Real (non-padding) elements of each distributed-optimizer shard of one buffer."""
+    total = _buffer_numel(params, shards, True)
+    size = total // shards
+    out = [0] * shards
+    start = 0
+    for p in reversed(params):
+        start = -(-start // 64) * 64
+        end = start + p.numel
+        for r in range(start // size, min((end - 1) // size, shards - 1) + 1):
+            out[r] += min(end, (r + 1) * size) - max(start, r * size)
+        start = end
+    return out
+
+
+@dataclass
+class StaticMemory:
+    """What one rank holds before activations: the live job's ranks.json has the same keys."""
+    params: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_state_bytes: int
+    main_param_bytes: int
+
+    def as_dict(self) -> dict:
+        return dict(params=self.params, param_bytes=self.param_bytes, grad_bytes=self.grad_bytes,
+                    optimizer_state_bytes=self.optimizer_state_bytes, main_param_bytes=self.main_param_bytes)
+
+
+def static_memory(model: ModelPreset, lay: Layout, training: Training, stage: int = 0,
+                  dp_rank: int = 0, edp_rank: int = 0) -> StaticMemory:
+    """Exact static bytes of a rank at pipeline `stage` with data-parallel rank `dp_rank` (within
+    DP x CP) and expert-data-parallel rank `edp_rank`; the shard a rank gets only matters with the
+    distributed optimizer."""
+    grad_el = 4 if training.grad_reduce_in_fp32 or training.precision == "fp32" else 2
+    pb = training.param_bytes
+    dense_shards, expert_shards = lay.dp * lay.cp, lay.edp
+    n = grad = opt_el = 0
+    for chunk in range(lay.vpp or 1):
+        params = chunk_params(model, lay, stage, chunk)
+        n += sum(p.numel for p in params)
+        for expert, shards, r in ((False, dense_shards, dp_rank), (True, expert_shards, edp_rank)):
+            group = [p for p in params if p.expert == expert]
+            if not group:
+                continue
+            grad += _buffer_numel(group, shards, training.dist_opt) * grad_el
+            opt_el += _shard_numels(group, shards)[r] if training.dist_opt else sum(p.numel for p in group)
+    # fp32 main params: bf16/fp8 training keeps an fp32 copy of what the optimizer updates. fp32 with the
+    # distributed optimizer: the optimizer holds *views* of its shard (no new memory, but the live job
+    # counts them, so the plan does too; `main_param_bytes_new` below says what is allocated).
+    main = opt_el * 4 if (training.precision != "fp32" or training.dist_opt) else 0
+    return StaticMemory(params=n, param_bytes=n * pb, grad_bytes=grad,
+                        optimizer_state_bytes=opt_el * 8, main_param_bytes=main)
+
+
+def rank_coordinates(lay: Layout, rank: int) -> dict:
+    """Pipeline stage, DP x CP rank and EDP rank of a global rank (Megatron's group orders)."""
+    # Rank order tp-cp-ep-dp-pp, leftmost fastest (helpers/layout.py ORDER); the expert grid is
+    # etp-ep-edp-pp. tests/test_memory.py checks this against Layout.groups_of (Megatron's RankGenerator).
+    tp_cp = lay.tp * lay.cp
+    dp_cp_rank = rank % (tp_cp * lay.dp) // lay.tp  # cp index + cp * dp index
+    per_stage = lay.world_size // lay.pp
+    edp_rank = rank % per_stage // (lay.expert_tp * lay.ep)
+    return {"stage": rank // per_stage, "dp_rank": dp_cp_rank, "edp_rank": edp_rank}
+
+
+def static_for_rank(model: ModelPreset, lay: Layout, training: Training, rank: int) -> dict:
+    """The plan's static terms for one global rank, keyed like the worker's ranks.json."""
+    return static_memory(model, lay, training, **rank_coordinates(lay, rank)).as_dict()

@@ -1,0 +1,33 @@
+"""What the planner needs to know about how a job trains (precision, optimizer, recompute), and
+the allocator allowance; `Training.of(spec)` reads it from a JobSpec."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GiB = 2**30
+
+
+@dataclass(frozen=True)
+class Training:
+    precision: str = "bf16"  # bf16 | fp8 | fp32 (fp8: Transformer Engine's fp8 GEMMs, bf16 weights)
+    dist_opt: bool = False  # distributed optimizer: main params and Adam states sharded over DP
+    recompute: str = "none"  # none | selective (attention core) | full (each layer's input only)
+    grad_reduce_in_fp32: bool = True  # the kit's DDP setting (helpers/runtime/build.py)
+    # Megatron-Core's TransformerConfig default (the kit does not change it): each pipeline stage keeps
+    # its output tensor until the backward of that microbatch. Megatron-LM's training script sets True.
+    deallocate_pipeline_outputs: bool = False
+    allocator_overhead: float = 0.10  # reserved / allocated - 1 (see module docstring)
+
+    @property
+    def param_bytes(self) -> int:
+        return 4 if self.precision == "fp32" else 2
+
+    @property
+    def act_bytes(self) -> int:
+        return 4 if self.precision == "fp32" else 2
+
+    @classmethod
+    def of(cls, spec) -> "Training":
+        """The Training a JobSpec runs with (precision resolved: auto means bf16 on GPU, fp32 on CPU)."""
+        precision = spec.precision if spec.precision != "auto" else ("fp32" if spec.device == "cpu" else "bf16")
+        return cls(precision=precision, dist_opt=spec.dist_opt)

@@ -1,0 +1,37 @@
+"""Every file name of a run directory, once. The run directory is the only contract between the
+notebook side (which prepares and reads it) and the workers (which write it); see
+docs/architecture.md for what each file holds."""
+from __future__ import annotations
+
+SPEC = "spec.json"  # the job as the workers read it
+MANIFEST = "manifest.json"  # spec, layout, model, versions, git revision, command, how to repeat
+METRICS = "metrics.jsonl"  # rank 0: one line per iteration
+GROUPS = "groups.json"  # every rank's process groups from parallel_state
+RANKS = "ranks.json"  # per rank: host, device, parameter/gradient/optimizer bytes, local shapes
+COMM = "comm.jsonl"  # every torch.distributed call Megatron made, per rank and iteration
+TIMELINE = "timeline.jsonl"  # forward/backward per microbatch and chunk, p2p waits
+MOE = "moe.jsonl"  # tokens per expert, aux loss (MoE models)
+DEVICE_MEMORY = "device_memory.json"  # every rank's peak allocated/reserved bytes (GPU)
+REPORT = "report.json"  # the smoke-test report card (eight checks)
+VALIDATION = "validation.jsonl"  # validation/test passes (real data)
+EVAL = "eval.json"  # eval_only: each checkpoint's loss in this layout vs the saving job's
+RESUMED = "resumed.json"  # the checkpoint a resumed job started from
+CHECKPOINTS = "checkpoints"  # default save_dir
+LOGS = "logs"
+TORCHRUN_LOG = f"{LOGS}/torchrun.log"  # the agent's own output (all agents' in a multi-node simulation)
+
+
+def rank_log(rank: int) -> str:
+    return f"{LOGS}/rank{rank}.log"
+
+
+def rank_error(rank: int) -> str:
+    return f"{LOGS}/rank{rank}.error.json"
+
+
+def heartbeat(rank: int) -> str:
+    return f"{LOGS}/rank{rank}.heartbeat.json"
+
+
+def node_torchrun_log(node: int) -> str:
+    return f"{LOGS}/torchrun.node{node}.log"

@@ -1,0 +1,176 @@
+"""Saving and loading through Megatron's `dist_checkpointing` (strategy torch_dist): the seed
+checkpoint (model only, world size 1) and training checkpoints (every model chunk, the optimizer,
+every rank's RNG state, the kit's record). Resharding into another layout is dist_checkpointing's:
+each rank asks for its own slices. Files on disk and completeness rules: helpers/rundir/checkpoint_dir.py.
+
+The *seed checkpoint* is the kit's way to give every layout the same starting weights: a
+world-size-1 job builds the model once and saves it; every layout loads it and
+`dist_checkpointing` cuts out the shard each rank owns (TP slices, PP stages, EP experts)."""
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from megatron.core import dist_checkpointing, tensor_parallel
+
+from helpers.rundir import checkpoint_dir
+from helpers.rundir.writer import write_json
+from helpers.runtime import faults
+from helpers.runtime.build import unwrap
+from helpers.runtime.checkpoint import megatron_0_19
+
+MARKER = checkpoint_dir.SEED_MARKER  # written last: a folder without it is an interrupted save
+
+
+def save_model(chunks: list[torch.nn.Module], path: Path) -> None:
+    """Save the model alone (one chunk: used at world size 1 for the seed checkpoint)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    assert len(chunks) == 1, "seed checkpoints are written at world size 1 without VPP"
+    dist_checkpointing.save({"model0": unwrap(chunks[0]).sharded_state_dict()}, str(tmp))
+    (tmp / MARKER).write_text("ok\n")
+    if path.exists():  # another job finished the same seed checkpoint first: keep theirs
+        shutil.rmtree(tmp)
+    else:
+        tmp.rename(path)
+
+
+def load_model(chunks: list[torch.nn.Module], path: Path) -> None:
+    """Load model weights into every chunk this rank holds; resharding does the splitting.
+    All chunks load in one call (sharded keys carry global layer and expert numbers, so the
+    saved single-chunk model and several virtual-stage chunks name the same tensors), because
+    dist_checkpointing checks that each load covers every saved tensor once."""
+    path = Path(path)
+    if not (path / MARKER).exists():
+        raise FileNotFoundError(f"checkpoint {path} is missing or incomplete (no {MARKER} file)")
+    modules = [unwrap(c) for c in chunks]
+    request = {f"model{i}": m.sharded_state_dict() for i, m in enumerate(modules)}
+    state = dist_checkpointing.load(request, str(path))
+    for i, m in enumerate(modules):
+        m.load_state_dict(state[f"model{i}"], strict=True)
+
+
+# ---- training checkpoints: save, resume, reshard ----------------------------------------------
+
+def _sharding_metadata(spec) -> dict:
+    """What Megatron's sharded_state_dict methods read. The distributed optimizer is saved in its
+    `fully_reshardable` format: optimizer state in model-parameter shapes, so it loads into any
+    TP/PP/DP layout (its default `dp_reshardable` format would only reshard along DP)."""
+    from megatron.core import parallel_state as ps
+
+    md = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True,
+          "dp_cp_group": ps.get_data_parallel_group(with_context_parallel=True)}
+    if spec.dist_opt:
+        md["distrib_optim_sharding_type"] = "fully_reshardable"
+    return md
+
+
+def _rng_object(rank: int, world: int, state):
+    """Every rank's RNG states as one ShardedObject entry per global rank (restored only when the
+    layout is unchanged: in another layout a rank's stream has no single predecessor)."""
+    from megatron.core.dist_checkpointing.mapping import ShardedObject
+    return ShardedObject("kit.rng_state", state, (world,), (rank,), replica_id=0)
+
+
+def _rng_state() -> dict:
+    state = {"python": random.getstate(), "torch": torch.get_rng_state(),
+             "tracker": tensor_parallel.get_cuda_rng_tracker().get_states()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    tensor_parallel.get_cuda_rng_tracker().set_states(state["tracker"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def _state_dict(model: list, opt, spec, with_optimizer: bool, is_loading: bool) -> dict:
+    """The sharded state dict Megatron saves/loads: {"model0": ..., "model1": ..., "optimizer": ...}."""
+    md = _sharding_metadata(spec)
+    state = {f"model{i}": unwrap(m).sharded_state_dict(metadata=md) for i, m in enumerate(model)}
+    if with_optimizer and opt is not None:
+        if is_loading:
+            megatron_0_19.ensure_optimizer_state(opt)
+        state["optimizer"] = opt.sharded_state_dict(state, is_loading=is_loading, metadata=md)
+    return state
+
+
+def save(root: Path, iteration: int, model: list, opt, spec, model_desc, beat, extra: dict) -> Path:
+    """Save a training checkpoint (collective: every rank calls). `latest` moves to it only after
+    every rank has finished writing, so a crash mid-save leaves the previous checkpoint current."""
+
+    rank = dist.get_rank()
+    root = Path(root)
+    path = root / checkpoint_dir.iter_name(iteration)
+    beat(f"checkpoint save: preparing {path.name}", iteration)
+    if rank == 0:
+        if path.exists() and checkpoint_dir.latest(root) != path:  # left by a save that crashed
+            shutil.rmtree(path)
+        path.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    path.mkdir(parents=True, exist_ok=True)  # node-local save_dir: each node needs its own folder
+    faults.at_checkpoint("save", iteration, rank)
+    beat(f"checkpoint save: writing {path.name}", iteration)
+    state = _state_dict(model, opt, spec, with_optimizer=True, is_loading=False)
+    state["iteration"] = iteration
+    state["rng_state"] = _rng_object(rank, dist.get_world_size(), _rng_state())
+    # verify_integrity: rank 0 writes integrity.json (SHA-256 of every file) after all ranks wrote.
+    dist_checkpointing.save(state, str(path), verify_integrity=True)
+    beat(f"checkpoint save: waiting for every rank ({path.name})", iteration)
+    dist.barrier()
+    if rank == 0:
+        write_json(path / checkpoint_dir.KIT_FILE, {
+            "iteration": iteration, "layout": spec.layout_record(), "model": model_desc.to_dict(),
+            "optimizer": "distributed" if spec.dist_opt else "local",
+            "optimizer_format": "fully_reshardable" if spec.dist_opt else "model-space",
+            "lr_scheduler": None,  # the kit trains with a constant lr; nothing to save
+            "data_position": {"next_iteration": iteration, "samples_consumed": iteration * spec.global_batch_size,
+                              "source": "synthetic, indexed by iteration"},
+            "seed": spec.seed, "global_batch": spec.global_batch_size, "seq_len": spec.seq_len,
+            **extra})
+        tmp = root / f".{checkpoint_dir.TRACKER}.tmp{os.getpid()}"
+        tmp.write_text(path.name + "\n")
+        os.replace(tmp, root / checkpoint_dir.TRACKER)  # atomic: readers see the old or the new name
+    dist.barrier()
+    beat(f"checkpoint saved: {path.name}", iteration)
+    return path
+
+
+def load(path: Path, model: list, opt, spec, model_desc, beat, load_optimizer: bool = True) -> dict:
+    """Load a training checkpoint into this layout (collective). Returns its kit record.
+    Resharding (TP/PP/VPP/EP/DP changes) is dist_checkpointing's: each rank asks for its slices."""
+
+    info = checkpoint_dir.verify(path, model_desc.to_dict())
+    ckpt = Path(info["path"])
+    rank = dist.get_rank()
+    faults.at_checkpoint("load", info["iteration"], rank)
+    beat(f"checkpoint load: reading {ckpt.name}", info["iteration"])
+    with_opt = load_optimizer and opt is not None
+    checkpoint_dir.check_optimizer(info, spec.dist_opt, with_opt)
+    same_layout = info["layout"] == spec.layout_record()
+    request = _state_dict(model, opt, spec, with_optimizer=with_opt, is_loading=True)
+    if same_layout:
+        request["rng_state"] = _rng_object(rank, dist.get_world_size(), None)
+    state = dist_checkpointing.load(request, str(ckpt))
+    for i, m in enumerate(model):
+        unwrap(m).load_state_dict(state[f"model{i}"], strict=True)
+    if with_opt:
+        with megatron_0_19.keep_torch_adam_step():
+            opt.load_state_dict(state["optimizer"])
+        megatron_0_19.unshare_adam_steps(opt)
+    if same_layout:
+        _set_rng_state(state["rng_state"])
+    beat(f"checkpoint loaded: {ckpt.name}", info["iteration"])
+    return {**info, "rng_restored": same_layout, "optimizer_loaded": with_opt}
+
+

@@ -1,0 +1,105 @@
+"""The worker's measuring instruments in one object, so train.py needs only a few short calls:
+
+    inst = instruments.Instruments(model, device)   # after DDP and optimizer are built
+    inst.begin(it)        # before forward_backward   ... inst.paused() around the kit's own loss sum
+    inst.phase("optimizer")                          # before opt.step
+    inst.end()            # after opt.step
+    inst.rank_facts()     # extra ranks.json fields: local parameter shapes, activation bytes
+    inst.finish(run_dir)  # after the loop (collective): comm.jsonl and timeline.jsonl on rank 0
+"""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from helpers.rundir import names
+from helpers.runtime.gather import gather_to_rank0
+from helpers.runtime.measure.comm_log import CommLog
+from helpers.runtime.measure.timeline import Timeline
+
+
+class Instruments:
+    def __init__(self, model: list, device: torch.device):
+        self.enabled = os.environ.get("KIT_INSTRUMENT", "1") != "0"  # KIT_INSTRUMENT=0: record nothing
+        rank = dist.get_rank()
+        self.comm = CommLog(rank)
+        self.timeline = Timeline(rank, model)
+        self.model, self._sync, self._t = model, False, {}
+        if not self.enabled:
+            return
+        sync = device.type == "cuda"
+        self.model = model
+        self.comm = CommLog(rank, sync_cuda=sync).install()
+        self.timeline = Timeline(rank, model, sync_cuda=sync).install()
+        self._sync = sync
+        self._t = {}
+
+    def _now(self) -> float:
+        if self._sync:
+            torch.cuda.synchronize()
+        return time.time()
+
+    def begin(self, iteration: int) -> None:
+        self.timeline.iteration = iteration
+        self.comm.begin(iteration, "forward_backward")
+        self._t = {"forward_backward": self._now()}
+
+    def paused(self):
+        return self.comm.paused()
+
+    def phase(self, name: str) -> None:
+        now = self._now()
+        prev, t0 = next(iter(self._t.items()))
+        self.timeline.mark(prev, t0, now)
+        self._t = {name: now}
+        self.comm.phase = name
+
+    def end(self) -> None:
+        self.comm.end()
+        prev, t0 = next(iter(self._t.items()))
+        self.timeline.mark(prev, t0, self._now())
+        self._t = {}
+
+    def rank_facts(self) -> dict:
+        return {"param_shapes": param_shapes(self.model),
+                "saved_activation_bytes_per_microbatch": self.timeline.max_saved_bytes()}
+
+    def finish(self, run_dir: Path) -> None:
+        """Gather every rank's records to rank 0 (a collective: all ranks call it)."""
+        if not self.enabled:
+            return
+
+        comm = gather_to_rank0(self.comm.records)
+        events = gather_to_rank0(self.timeline.events + self.comm.events)
+        if dist.get_rank() != 0:
+            return
+        _write_jsonl(Path(run_dir) / names.COMM, [r for rank in comm for r in rank])
+        _write_jsonl(Path(run_dir) / names.TIMELINE,
+                     sorted((e for rank in events for e in rank), key=lambda e: (e["rank"], e["t0"])))
+
+
+def param_shapes(model: list) -> dict:
+    """{name: {shape, tp_split_dim, sequence_parallel}} of the parameters this rank holds, read from
+    the live model. `tp_split_dim` is the dimension Megatron split across TP ranks (None: replicated)."""
+    out = {}
+    for i, chunk in enumerate(model):
+        inner = chunk
+        while hasattr(inner, "module"):
+            inner = inner.module
+        for name, p in inner.named_parameters():
+            key = f"chunk{i}.{name}" if len(model) > 1 else name
+            out[key] = {"shape": list(p.shape),
+                        "tp_split_dim": p.partition_dim if getattr(p, "tensor_model_parallel", False) else None,
+                        "sequence_parallel": bool(getattr(p, "sequence_parallel", False))}
+    return out
+
+
+def _write_jsonl(path: Path, rows: list[dict]) -> None:
+    import json
+    tmp = Path(str(path) + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)

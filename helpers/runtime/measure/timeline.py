@@ -1,0 +1,103 @@
+"""Per-rank forward/backward events with wall-clock times, for schedule pictures and the measured
+pipeline bubble. Worker side only; the notebook reads `timeline.jsonl` (helpers.views.schedule).
+
+Megatron's schedules call the module functions `schedules.forward_step(...)` and
+`schedules.backward_step(...)` by name, once per microbatch and model chunk; both are replaced by
+timing wrappers. The forward wrapper also counts the activation bytes autograd saves for the
+backward pass of that microbatch (torch.autograd.graph.saved_tensors_hooks; parameters and
+duplicate views of one storage are not counted): the number sequence parallelism shrinks.
+
+Times are `time.time()`, comparable between the ranks of one host. On GPU each event ends with a
+device synchronisation, so the picture shows when kernels ran (slower, but honest)."""
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+class _SavedBytes:
+    """Bytes of distinct non-parameter storages saved for backward while active."""
+
+    def __init__(self, param_ptrs: set[int]):
+        self.param_ptrs = param_ptrs
+        self.seen: dict[int, int] = {}
+
+    def pack(self, t):
+        try:
+            storage = t.untyped_storage()
+            ptr = storage.data_ptr()
+            if ptr not in self.param_ptrs and ptr not in self.seen:
+                self.seen[ptr] = storage.nbytes()
+        except (RuntimeError, NotImplementedError):  # tensors without storage (e.g. wrapper subclasses)
+            pass
+        return t
+
+    @staticmethod
+    def unpack(t):
+        return t
+
+    @property
+    def total(self) -> int:
+        return sum(self.seen.values())
+
+
+class Timeline:
+    def __init__(self, rank: int, model: list, sync_cuda: bool = False):
+        self.rank = rank
+        self.events: list[dict] = []
+        self.iteration = 0
+        self._sync = sync_cuda
+        self._param_ptrs = {p.untyped_storage().data_ptr() for chunk in model for p in chunk.parameters()}
+        for chunk in model:  # Megatron DDP's gradient buffers are not activations either
+            for buf in list(getattr(chunk, "buffers", [])) + list(getattr(chunk, "expert_parallel_buffers", [])):
+                self._param_ptrs.add(buf.grad_data.untyped_storage().data_ptr())
+        self._pending: dict[int, tuple[int, int]] = {}  # id(output) -> (chunk, microbatch)
+        self._fifo: list[tuple[int, int]] = []
+
+    def _now(self) -> float:
+        if self._sync:
+            torch.cuda.synchronize()
+        return time.time()
+
+    def mark(self, kind: str, t0: float, t1: float, **extra) -> None:
+        self.events.append({"rank": self.rank, "iteration": self.iteration, "kind": kind, "t0": t0, "t1": t1, **extra})
+
+    def install(self) -> "Timeline":
+        from megatron.core.pipeline_parallel import schedules
+
+        forward, backward = schedules.forward_step, schedules.backward_step
+        tl = self
+
+        def forward_step(*args, **kwargs):
+            chunk = kwargs.get("vp_stage") or 0
+            mb = kwargs.get("current_microbatch")
+            saved = _SavedBytes(tl._param_ptrs)
+            t0 = tl._now()
+            with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
+                out = forward(*args, **kwargs)
+            t1 = tl._now()
+            tl.mark("F", t0, t1, chunk=chunk, microbatch=mb, saved_bytes=saved.total)
+            tl._pending[id(out[0])] = (chunk, mb)
+            tl._fifo.append((chunk, mb))
+            return out
+
+        def backward_step(input_tensor, output_tensor, output_tensor_grad, config, *args, **kwargs):
+            where = tl._pending.pop(id(output_tensor), None)
+            if where is None and tl._fifo:
+                where = tl._fifo[0]
+            if where in tl._fifo:
+                tl._fifo.remove(where)
+            t0 = tl._now()
+            out = backward(input_tensor, output_tensor, output_tensor_grad, config, *args, **kwargs)
+            t1 = tl._now()
+            chunk, mb = where or (0, None)
+            tl.mark("B", t0, t1, chunk=chunk, microbatch=mb)
+            return out
+
+        schedules.forward_step, schedules.backward_step = forward_step, backward_step
+        return self
+
+    def max_saved_bytes(self) -> int:
+        """Largest activation footprint of one microbatch forward on this rank (bytes)."""
+        return max((e["saved_bytes"] for e in self.events if e["kind"] == "F"), default=0)

@@ -1,0 +1,5 @@
+"""Notebook side, pictures and tables: the only package that imports matplotlib or ipywidgets.
+table.py (the generic Table), rank_grids.py, curves.py, comm.py, moe.py, schedule.py,
+context_parallel.py, memory_bars.py, rank_memory.py, report_card.py, layout_lab.py (widgets).
+Each reads a RunDir (helpers/rundir/) or a plan (helpers/memory/); none starts a process except
+the layout lab's run button, which calls helpers.launch."""

@@ -1,0 +1,57 @@
+"""The memory planner (helpers/memory.py): static terms equal what live CPU jobs hold, byte for byte;
+the committed GPU measurements stay within 10% of the plan; public presets plan and compare with
+Megatron's own estimator."""
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from helpers.memory.vs_measured import static_mismatches
+
+GPU_RESULTS = Path(__file__).resolve().parents[2] / "docs" / "memory_gpu_results.json"
+
+# 20 layouts of the tiny models: every axis, dense and expert parameters, with and without the
+# distributed optimizer (whose shards depend on padding and on each rank's DP/EDP position).
+LAYOUTS = {
+    "gpt-single": dict(model="tiny-gpt"),
+    "gpt-single-distopt": dict(model="tiny-gpt", dist_opt=True),
+    "gpt-tp2": dict(model="tiny-gpt", tp=2),
+    "gpt-pp2": dict(model="tiny-gpt", pp=2),
+    "gpt-dp2-distopt": dict(model="tiny-gpt", nproc=2, dist_opt=True),
+    "gpt-pp2-vpp2": dict(model="tiny-gpt", pp=2, vpp=2, global_batch=4),
+    "gpt-pp2-uneven": dict(model="tiny-gpt", pp=2, first_stage_layers=1, last_stage_layers=3),
+    "gpt-tp2-sp-distopt": dict(model="tiny-gpt", tp=2, sp=True, dist_opt=True),
+    "gpt-pp3-uneven": dict(model="tiny-gpt", pp=3, first_stage_layers=1, last_stage_layers=1),
+    "gpt-pp2-vpp2-distopt": dict(model="tiny-gpt", pp=2, vpp=2, global_batch=4, dist_opt=True),
+    "gpt-pp2-dp2-distopt": dict(model="tiny-gpt", pp=2, nproc=4, dist_opt=True),
+    "moe-single": dict(model="tiny-moe"),
+    "moe-single-distopt": dict(model="tiny-moe", dist_opt=True),
+    "moe-ep2": dict(model="tiny-moe", ep=2, nproc=2),
+    "moe-ep2-distopt": dict(model="tiny-moe", ep=2, nproc=2, dist_opt=True),
+    "moe-dp2-distopt": dict(model="tiny-moe", nproc=2, dist_opt=True),
+    "moe-tp2-sp": dict(model="tiny-moe", tp=2, sp=True),
+    "moe-tp2-sp-etp1-ep2": dict(model="tiny-moe", tp=2, sp=True, etp=1, ep=2),
+    "moe-pp2-vpp2-ep2-distopt": dict(model="tiny-moe", pp=2, vpp=2, ep=2, nproc=4, global_batch=4,
+                                     dist_opt=True),
+    "moe-pp2-distopt": dict(model="tiny-moe", pp=2, nproc=2, dist_opt=True),
+}
+
+
+def test_static_terms_equal_live_jobs(runs):
+    """For every layout and rank: parameter count and parameter, gradient-buffer, Adam-state and
+    main-parameter bytes as planned == as recorded by the live job (ranks.json)."""
+    from helpers import launch
+    assert len(LAYOUTS) >= 20
+
+    def one(item):
+        name, fields = item
+        run = launch.run(**runs, iters=1, seq_len=32, micro_batch=1, seed_checkpoint=False, name=name, **fields)
+        return name, run.spec, run.ranks
+
+    with ThreadPoolExecutor(max_workers=2) as pool:  # 1-2 process jobs side by side on 2 cores
+        results = list(pool.map(one, LAYOUTS.items()))
+    problems, checked = [], 0
+    for name, spec, ranks in results:
+        assert len(ranks) == spec.world_size, name
+        problems += [f"{name}: {p}" for p in static_mismatches(spec, ranks)]
+        checked += len(ranks)
+    assert not problems, "\n".join(problems)
+    assert checked >= 40  # ranks compared, each on every static key

@@ -1,0 +1,25 @@
+"""environment.yml (conda) and pyproject.toml (pip, the Makefile) install the same packages."""
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _names(reqs):
+    return {re.split(r"[<>=!~ \[]", r, maxsplit=1)[0].lower(): r.replace(" ", "") for r in reqs}
+
+
+def test_conda_environment_lists_the_same_pins_as_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pip_section = re.search(r"- pip:\n((?:\s+- .+\n?)+)", (ROOT / "environment.yml").read_text()).group(1)
+    conda = [line.strip()[2:] for line in pip_section.splitlines() if line.strip().startswith("- ")]
+    assert _names(conda) == _names(project["dependencies"])
+    assert "python=3.12" in (ROOT / "environment.yml").read_text()
+    assert project["requires-python"] == ">=3.12,<3.13"
+
+
+def test_pins_are_the_versions_both_tiers_run():
+    deps = _names(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
+    assert deps["torch"] == "torch==2.11.0"
+    assert deps["megatron-core"] == "megatron-core==0.19.2"
