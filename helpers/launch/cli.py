@@ -94,6 +94,8 @@ def spec_from_args(a: argparse.Namespace) -> JobSpec:
         return dataclasses.replace(JobSpec.from_dict(recorded), name=None)
     given = {}
     for f in dataclasses.fields(JobSpec):
+        if f.metadata.get("cli", True) is False:
+            continue  # no flag (internal field)
         value = getattr(a, f.name, None)
         if f.type == "bool":
             if value != getattr(JobSpec(), f.name):

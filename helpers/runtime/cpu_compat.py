@@ -1,6 +1,7 @@
 """Lets Megatron-Core 0.19 train on CPU with gloo.
 
-Megatron-Core assumes CUDA in a few dozen places (see FIELD_NOTES.md). On CPU this module
+Megatron-Core assumes CUDA in a few dozen places (`device="cuda"` literals, `.cuda()`, the CUDA
+RNG tracker, streams and events, CUDA type strings, CUDA-only helpers). On CPU this module
 redirects each of them to its CPU equivalent. It is activated only for CPU jobs, before the
 model is built, and changes nothing on GPU. Every patch is one idea, explained in one line.
 """
@@ -129,6 +130,24 @@ def activate() -> None:
     # `device="cuda"` literals: one global function mode maps them to the CPU.
     _CudaToCpu().__enter__()
     _ACTIVE = True
+
+
+def _no_compile(fn=None, *args, **kwargs):
+    return fn if fn is not None else (lambda f: f)
+
+
+def import_megatron_eagerly() -> None:
+    """Import megatron.core with its JIT fuser as a no-op decorator. Megatron-Core 0.19 binds
+    `jit_fuser = torch.compile` (megatron/core/jit.py) and decorates its fused bias/activation
+    helpers at import, which loads torch._dynamo and torch._inductor: about 2 s of each process's
+    ~4.5 s start on the 2-core CPU machine. The kit turns those fusions off on CPU, so the helpers
+    run eagerly either way; on GPU this is not called and Megatron keeps torch.compile."""
+    real = torch.compile
+    torch.compile = _no_compile
+    try:
+        import megatron.core  # noqa: F401  (binds megatron.core.jit.jit_fuser to the no-op)
+    finally:
+        torch.compile = real
 
 
 def is_active() -> bool:

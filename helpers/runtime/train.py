@@ -7,22 +7,14 @@ model provider (build.py), forward step (step.py), save/load (checkpoint/)."""
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import time
-from functools import partial
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
-from helpers.job import models
 from helpers.job.spec import JobSpec
 from helpers.rundir import names, writer
-from helpers.runtime import build, faults, gather, setup, synthetic
-from helpers.runtime.checkpoint import io as checkpoint_io
-from helpers.runtime.checkpoint import policy as checkpoints
-from helpers.runtime.step import forward_step, global_loss, run_schedule
+
+# The Megatron-Core side of the worker is imported inside the functions, after main() knows the
+# job's device: on CPU, megatron.core is imported without torch.compile (cpu_compat.py says why).
 
 
 def build_model(spec: JobSpec, device, seed_out: Path | None):
@@ -30,6 +22,10 @@ def build_model(spec: JobSpec, device, seed_out: Path | None):
     training loop wires them into the schedule. Returns (model_desc, config, model, opt), or
     None when this job only writes the seed checkpoint."""
     from megatron.core.distributed import finalize_model_grads
+
+    from helpers.job import models
+    from helpers.runtime import build
+    from helpers.runtime.checkpoint import io as checkpoint_io
 
     model_desc = models.preset(spec.model).with_(**spec.model_overrides)
     config = build.transformer_config(model_desc, spec, on_cpu=device.type == "cpu", bf16=spec.precision == "bf16")
@@ -50,6 +46,8 @@ def build_model(spec: JobSpec, device, seed_out: Path | None):
 def batches(spec: JobSpec, model: list, splits, it: int, dp_rank: int, vocab_size: int) -> list:
     """One iterator of this DP rank's microbatches per model chunk (the interleaved schedule
     asks each chunk for its own)."""
+    from helpers.runtime import synthetic
+
     if splits is None:
         return [iter(synthetic.microbatches(spec.seed, it, spec.global_batch_size, spec.micro_batch, spec.dp,
                                             dp_rank, spec.seq_len, vocab_size)) for _ in model]
@@ -58,10 +56,18 @@ def batches(spec: JobSpec, model: list, splits, it: int, dp_rank: int, vocab_siz
 
 
 def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
+    import math
+    import time
+    from functools import partial
+
+    import torch
+    import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
-    from helpers.runtime import evaluation, preflight, report
+    from helpers.runtime import evaluation, faults, gather, preflight, report, setup
+    from helpers.runtime.checkpoint import policy as checkpoints
     from helpers.runtime.measure import instruments, memory_stats, moe_stats
+    from helpers.runtime.step import forward_step, global_loss, run_schedule
 
     beat = writer.Heartbeat(run_dir, int(os.environ.get("RANK", 0)))
     prepared = None  # real data: tokenized and index-cached on each node before torch.distributed
@@ -156,10 +162,14 @@ def main() -> None:
     writer.redirect_output(args.run_dir, rank)
     spec = JobSpec.read(args.run_dir / names.SPEC)
     try:
+        if spec.device == "cpu":
+            from helpers.runtime import cpu_compat
+            cpu_compat.import_megatron_eagerly()
         train(args.run_dir, spec, args.seed_checkpoint_out)
     except BaseException as exc:
         writer.write_error(args.run_dir, rank, exc)
         raise  # torchrun sees the failure and stops the other ranks
+    import torch.distributed as dist
     dist.destroy_process_group()
 
 

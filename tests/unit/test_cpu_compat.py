@@ -78,3 +78,23 @@ def test_not_active_unless_activated():
                           "print(cpu_compat.is_active(), torch.Tensor.type(torch.ones(1)))"],
                          capture_output=True, text=True, env={"PYTHONWARNINGS": "ignore", "PATH": ""})
     assert out.stdout.split() == ["False", "torch.FloatTensor"]
+
+
+def test_megatron_imported_eagerly_skips_torch_compile():
+    """On CPU the worker imports megatron.core with its JIT fuser as a no-op: torch._dynamo and
+    torch._inductor are never loaded (about 2 s of every process's start), torch.compile itself is
+    restored afterwards, and Megatron's fused helpers still compute the same values."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import sys, torch
+        real = torch.compile
+        from helpers.runtime import cpu_compat
+        cpu_compat.import_megatron_eagerly()
+        from megatron.core import jit
+        from megatron.core.fusions.fused_bias_gelu import bias_gelu
+        x, b = torch.randn(4, 8), torch.randn(8)
+        eager = x + b
+        eager = eager * 0.5 * (1.0 + torch.tanh(0.79788456 * eager * (1 + 0.044715 * eager * eager)))
+        print("torch._dynamo" in sys.modules, "torch._inductor" in sys.modules, torch.compile is real,
+              jit.jit_fuser(len) is len, torch.allclose(bias_gelu(b, x), eager))
+    """)], capture_output=True, text=True, env={"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "PATH": ""})
+    assert out.stdout.split() == ["False", "False", "True", "True", "True"], out.stderr[-2000:]
