@@ -35,7 +35,7 @@ demo: install
 	$(PY) -m helpers --tp 2 --nproc 4 --iters 5 --data wikitext --save-interval 5
 
 test: install
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests --durations=25
 
 lab: install
 	$(VENV)/bin/jupyter lab notebooks

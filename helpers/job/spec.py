@@ -45,6 +45,8 @@ class JobSpec(ParallelSizes):
     out: str = knob("runs", "parent folder of run directories")
     timeout_s: float = knob(600.0, "wall-clock limit in seconds; the job is killed and its stalled ranks named",
                             aliases=("--timeout",))
+    stall_timeout_s: float | None = knob(None, "stop the job when no rank has reported progress (a heartbeat) "
+                                         "for this long, naming the stalled ranks; none = only timeout_s")
     env: dict = knob(dict, "extra environment variables for every rank, e.g. KIT_FAULT=nan@2", cli="keyvalue")
     groups_only: bool = knob(False, "start the process groups, write groups.json and stop (no model, no data)",
                              cli=False)

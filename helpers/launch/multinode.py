@@ -55,7 +55,7 @@ def simulate(spec: JobSpec | None = None, nnodes: int = 2, node_dirs: list | Non
         cmd = torchrun.command(run_dir, spec.world_size // nnodes, nnodes, endpoint)
         procs.append(torchrun.start(cmd, env, run_dir / names.node_torchrun_log(i)))
     torchrun.watch(procs, RunDir(run_dir), spec.timeout_s, f"{nnodes}-node job",
-                   on_exit=lambda: _merge_logs(run_dir, nnodes))
+                   on_exit=lambda: _merge_logs(run_dir, nnodes), stall_timeout_s=spec.stall_timeout_s)
     return RunDir(run_dir)
 
 

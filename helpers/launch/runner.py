@@ -195,7 +195,7 @@ def execute(run_dir: Path, spec: JobSpec, extra: list[str] = (), progress: bool 
     run = RunDir(run_dir)
     proc = torchrun.start(torchrun.command(run_dir, spec.world_size, extra=list(extra)),
                           torchrun.environment(spec), run_dir / names.TORCHRUN_LOG)
-    torchrun.watch([proc], run, spec.timeout_s, "job", progress=progress)
+    torchrun.watch([proc], run, spec.timeout_s, "job", progress=progress, stall_timeout_s=spec.stall_timeout_s)
     return run
 
 

@@ -86,23 +86,39 @@ def _progress_bar(total: int, desc: str, enabled: bool):
     return tqdm(total=total, desc=desc, unit="it", leave=True)
 
 
+def _progress(run: RunDir) -> tuple:
+    """What changes while a job makes progress: every rank's heartbeat step."""
+    return tuple(sorted((r, b.get("step", 0)) for r, b in run.heartbeats.items()))
+
+
 def watch(procs: list[subprocess.Popen], run: RunDir, timeout_s: float, what: str = "job",
-          progress: bool = False, on_exit=None) -> None:
-    """Wait for every agent; follow metrics.jsonl with a progress bar. Past `timeout_s` every
-    agent's group is killed and JobTimeout names the stalled ranks; a failed agent gets a moment
-    for its peers to stop, then JobFailed names the root-cause ranks. `on_exit()` runs after the
-    agents are gone and before the failure is summarised (the multi-node simulation merges logs)."""
+          progress: bool = False, on_exit=None, stall_timeout_s: float | None = None) -> None:
+    """Wait for every agent; follow metrics.jsonl with a progress bar. Past `timeout_s`, or after
+    `stall_timeout_s` without any rank's heartbeat moving, every agent's group is killed and
+    JobTimeout names the stalled ranks; a failed agent gets a moment for its peers to stop, then
+    JobFailed names the root-cause ranks. `on_exit()` runs after the agents are gone and before
+    the failure is summarised (the multi-node simulation merges logs)."""
     bar = _progress_bar(run.spec.iters, run.path.name, progress)
-    deadline = time.monotonic() + timeout_s
-    seen = 0
+    start = time.monotonic()
+    deadline = start + timeout_s
+    seen, last_beat, last_change, polls = 0, None, start, 0
     try:
         while any(p.poll() is None for p in procs):
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            polls += 1
+            if stall_timeout_s and polls % 5 == 0:  # heartbeats about once a second
+                beat = _progress(run)
+                if beat != last_beat:
+                    last_beat, last_change = beat, now
+            stalled = bool(stall_timeout_s) and now - last_change > stall_timeout_s
+            if now > deadline or stalled:
                 for p in procs:
                     kill_group(p)
                 if on_exit:
                     on_exit()
-                msg, ranks = failure_message(run, f"{what} timed out after {timeout_s:.0f} s")
+                why = (f"made no progress for {stall_timeout_s:.0f} s (stall_timeout_s; {now - start:.0f} s after "
+                       f"the start)" if stalled else f"timed out after {timeout_s:.0f} s")
+                msg, ranks = failure_message(run, f"{what} {why}")
                 raise JobTimeout(msg, run, ranks)
             if len(procs) > 1 and any(p.poll() not in (None, 0) for p in procs):
                 try:  # one agent failed: give the others a moment to stop on their own

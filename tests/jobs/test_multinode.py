@@ -72,12 +72,17 @@ def test_preflight_names_the_node_and_the_file(tmp_path):
     assert not _leftovers(err.value.run.path)
 
 
-# The hang tests wait out their whole timeout, so it is kept short: an idle 2-core machine reaches
-# the hang in ~10 s (one node) or ~30 s (two simulated nodes with preflight and load).
+# A hang is caught by the stall watchdog (stall_timeout_s: no rank's heartbeat moved for that long),
+# so these tests wait ~25 s after the hang instead of a whole timeout; timeout_s stays as the
+# backstop (an idle 2-core machine reaches the hang in ~10 s on one node, ~30 s on two).
+STALL = 25
+
+
 def test_a_peer_hanging_in_a_save_is_named_at_the_timeout(tmp_path):
     with pytest.raises(launch.JobTimeout) as err:
-        launch.run(**BATCH, tp=2, out=str(tmp_path), iters=2, save_interval=1, timeout_s=75,
+        launch.run(**BATCH, tp=2, out=str(tmp_path), iters=2, save_interval=1, timeout_s=300, stall_timeout_s=STALL,
                    env={"KIT_FAULT": "hang_during_save@1:rank1"})
+    assert f"made no progress for {STALL} s" in str(err.value)
     assert err.value.ranks == [1]
     assert "checkpoint save" in err.value.run.heartbeats[0]["phase"]
     assert not _leftovers(err.value.run.path)
@@ -86,8 +91,9 @@ def test_a_peer_hanging_in_a_save_is_named_at_the_timeout(tmp_path):
 def test_a_peer_hanging_in_a_two_node_load_is_named_at_the_timeout(shared):
     base, _ = shared
     with pytest.raises(launch.JobTimeout) as err:
-        multinode.simulate(**{**TWO_NODES, "timeout_s": 100}, out=str(base), iters=3, load_dir=str(base / "ckpt"),
-                           env={"KIT_FAULT": "hang_during_load@2:rank3"})
+        multinode.simulate(**{**TWO_NODES, "timeout_s": 300}, stall_timeout_s=STALL, out=str(base), iters=3,
+                           load_dir=str(base / "ckpt"), env={"KIT_FAULT": "hang_during_load@2:rank3"})
+    assert f"made no progress for {STALL} s" in str(err.value)
     assert err.value.ranks == [3]
     assert "stalled rank(s): [3]" in str(err.value)
     assert not _leftovers(err.value.run.path)
