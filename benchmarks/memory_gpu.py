@@ -2,7 +2,7 @@
 
 Runs the kit's worker (NCCL, bf16 unless a layout says fp32) for a GPT large enough that activations
 matter, on 1 and 2 GPUs, and writes each run's spec plus torch's peak allocated/reserved bytes of
-every rank to results.json. The plan is computed afterwards (helpers/memory.py needs no GPU):
+every rank to results.json. The plan is computed afterwards (helpers/memory/ needs no GPU):
 
     python benchmarks/memory_gpu.py --out DIR [--layouts g1,tp2,...]
     python -m helpers.memory.vs_measured DIR/results.json      # plan vs measured table

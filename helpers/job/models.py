@@ -124,7 +124,7 @@ _PRESETS = {
         ModelPreset("control-moe-cpu", num_layers=4, hidden_size=64, num_attention_heads=8,
                     num_query_groups=2, ffn_hidden_size=128, vocab_size=512, num_experts=16,
                     moe_router_topk=8, normalization="RMSNorm", max_seq_len=256,
-                    source="control-moe scaled down for CPU (see the comment in helpers/models.py)"),
+                    source="control-moe scaled down for CPU (see the comment in helpers/job/models.py)"),
         ModelPreset("llama3-8b", num_layers=32, hidden_size=4096, num_attention_heads=32,
                     num_query_groups=8,  # num_key_value_heads
                     ffn_hidden_size=14336, vocab_size=128256, normalization="RMSNorm",

@@ -11,7 +11,7 @@ Two kinds of terms:
   ``grad_reduce_in_fp32``; with the distributed optimizer each parameter starts on a 64-element
   boundary and each buffer is padded to a multiple of lcm(DP, 128), then split evenly over the
   data-parallel group (DP x CP for dense parameters, EDP for expert parameters)). For the kit's own
-  models these equal what a live job holds, byte for byte (tests/test_memory.py).
+  models these equal what a live job holds, byte for byte (tests/jobs/test_memory.py).
 * **Dynamic** (activations, logits/loss, workspace): a tensor-by-tensor account of what autograd
   saves per layer for one microbatch on the given backend, times the microbatches in flight of the
   pipeline schedule, plus the largest transient of the backward pass. Checked against torch's peak

@@ -1,7 +1,7 @@
 """Static memory, exactly: the parameter list every rank builds (Megatron-Core's GPT/MoE/MLA/Mamba
 layers, per pipeline stage and virtual chunk) and the bytes of parameters, gradient buffers, fp32
 main parameters and Adam states laid out as Megatron's DDP and distributed optimizer lay them out.
-For the kit's models these equal what a live job holds, byte for byte (tests/unit/test_memory.py)."""
+For the kit's models these equal what a live job holds, byte for byte (tests/jobs/test_memory.py)."""
 from __future__ import annotations
 
 import math
@@ -218,8 +218,8 @@ def static_memory(model: ModelPreset, lay: Layout, training: Training, stage: in
 
 def rank_coordinates(lay: Layout, rank: int) -> dict:
     """Pipeline stage, DP x CP rank and EDP rank of a global rank (Megatron's group orders)."""
-    # Rank order tp-cp-ep-dp-pp, leftmost fastest (helpers/layout.py ORDER); the expert grid is
-    # etp-ep-edp-pp. tests/test_memory.py checks this against Layout.groups_of (Megatron's RankGenerator).
+    # Rank order tp-cp-ep-dp-pp, leftmost fastest (helpers/job/layout.py ORDER); the expert grid is
+    # etp-ep-edp-pp. tests/unit/test_memory_plan.py checks this against Layout.groups_of (Megatron's RankGenerator).
     tp_cp = lay.tp * lay.cp
     dp_cp_rank = rank % (tp_cp * lay.dp) // lay.tp  # cp index + cp * dp index
     per_stage = lay.world_size // lay.pp

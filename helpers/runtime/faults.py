@@ -63,7 +63,7 @@ def kill_job() -> None:
 
 
 def at_checkpoint(event: str, iteration: int, rank: int) -> None:
-    """Called by helpers.runtime.checkpoint in the middle of a save or load (`event`)."""
+    """Called by helpers/runtime/checkpoint/io.py in the middle of a save or load (`event`)."""
     fault = _parse()
     if fault is None:
         return

@@ -51,7 +51,7 @@ class LayoutLab:
         )
         self.pictures, self.progress = pictures, progress
         self.status, self.result, self.grids = W.HTML(), W.Output(), W.Output()
-        self.memory_out = W.Output()  # memory bars per pipeline stage (helpers/memory_plots.py)
+        self.memory_out = W.Output()  # memory bars per pipeline stage (helpers/views/memory_bars.py)
         self.button = W.Button(description="Run this layout", button_style="primary", icon="play")
         self.button.on_click(lambda _: self.run())
         for widget in self.w.values():
@@ -141,7 +141,7 @@ class LayoutLab:
         return head + body + (f"<p>advice:</p><ul>{advice}</ul>" if advice else "")
 
     def _draw_memory(self, lay: Layout, model: models.ModelPreset):
-        """The memory plan of this layout (helpers/memory.py): bars per pipeline stage, GPU size line."""
+        """The memory plan of this layout (helpers/memory/plan.py): bars per pipeline stage, GPU size line."""
         from helpers.memory import Training, plan_memory
         from helpers.views.memory_bars import memory_bars
         self.memory_out.clear_output(wait=True)

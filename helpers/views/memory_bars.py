@@ -1,4 +1,4 @@
-"""Pictures of a memory plan (helpers/memory.py): stacked bars per pipeline stage, one colour per
+"""Pictures of a memory plan (helpers/memory/plan.py): stacked bars per pipeline stage, one colour per
 term, the device size as a line. Notebook side only."""
 from __future__ import annotations
 

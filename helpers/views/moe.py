@@ -1,5 +1,5 @@
 """Mixture of experts, notebook side: the routers' decisions (`moe.jsonl`, written by
-helpers/runtime/moe_stats.py), the token histogram, the load-balancing loss, and the token-dispatch
+helpers/runtime/measure/moe_stats.py), the token histogram, the load-balancing loss, and the token-dispatch
 volume the all-to-all dispatcher must move (next to what comm.jsonl measured)."""
 from __future__ import annotations
 

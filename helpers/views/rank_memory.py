@@ -1,5 +1,5 @@
-"""What each rank holds, read from the live jobs (`ranks.json`, helpers/runtime/memory_stats.py and
-instrument.py): parameters, gradient buffers, optimizer state and fp32 main copies, and the
+"""What each rank holds, read from the live jobs (`ranks.json`, helpers/runtime/measure/memory_stats.py
+and instruments.py): parameters, gradient buffers, optimizer state and fp32 main copies, and the
 activation bytes one microbatch's forward saves for backward. A table and a bar chart. Notebook
 side only."""
 from __future__ import annotations

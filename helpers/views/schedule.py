@@ -1,5 +1,5 @@
 """Pipeline schedules as they ran: one row per rank of forward (F) and backward (B) blocks drawn
-from the measured events in `timeline.jsonl` (helpers/runtime/timeline.py), and the measured
+from the measured events in `timeline.jsonl` (helpers/runtime/measure/timeline.py), and the measured
 bubble next to the textbook formula. Notebook side only.
 
 Bubble, measured: in one iteration the pipeline is busy from the first forward on any rank to the

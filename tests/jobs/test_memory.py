@@ -1,6 +1,6 @@
-"""The memory planner (helpers/memory.py): static terms equal what live CPU jobs hold, byte for byte;
-the committed GPU measurements stay within 10% of the plan; public presets plan and compare with
-Megatron's own estimator."""
+"""The memory planner (helpers/memory/) against live CPU jobs: its static terms equal what every
+rank of 20 layouts holds, byte for byte (ranks.json). The checks without processes (the committed
+GPU measurements within 10%, public presets, Megatron's estimator): tests/unit/test_memory_plan.py."""
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
