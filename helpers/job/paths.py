@@ -6,7 +6,7 @@ import hashlib
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]  # helpers/job/paths.py -> the repository
 
 
 def runs_dir() -> Path:

@@ -23,3 +23,10 @@ def test_pins_are_the_versions_both_tiers_run():
     deps = _names(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
     assert deps["torch"] == "torch==2.11.0"
     assert deps["megatron-core"] == "megatron-core==0.19.2"
+
+
+def test_the_kit_finds_the_repository_root():
+    """runs/, .cache/ and the workers' PYTHONPATH hang off REPO_ROOT (helpers/job/paths.py)."""
+    from helpers.job import paths
+    assert (paths.REPO_ROOT / "pyproject.toml").is_file() and (paths.REPO_ROOT / "helpers").is_dir()
+    assert paths.runs_dir().parent == paths.REPO_ROOT or "KIT_RUNS_DIR" in __import__("os").environ

@@ -141,6 +141,8 @@ def test_valid_layout_is_accepted(model, sizes):
 ])
 def test_runner_refuses_before_any_process_starts(request_, name, tmp_path):
     out = tmp_path / "runs"
-    with pytest.raises(launch.InvalidJob, match=name):
+    with pytest.raises(launch.InvalidJob, match=name) as err:
         launch.run(out=str(out), device="cpu", progress=False, **request_)
+    assert name in err.value.names  # the structured violations travel with the error
+    assert all(v.fix for v in err.value.violations)
     assert not out.exists()  # no run directory: nothing was started
