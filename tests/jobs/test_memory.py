@@ -2,11 +2,8 @@
 rank of 20 layouts holds, byte for byte (ranks.json). The checks without processes (the committed
 GPU measurements within 10%, public presets, Megatron's estimator): tests/unit/test_memory_plan.py."""
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 from helpers.memory.vs_measured import static_mismatches
-
-GPU_RESULTS = Path(__file__).resolve().parents[2] / "docs" / "memory_gpu_results.json"
 
 # 20 layouts of the tiny models: every axis, dense and expert parameters, with and without the
 # distributed optimizer (whose shards depend on padding and on each rank's DP/EDP position).
