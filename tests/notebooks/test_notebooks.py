@@ -9,6 +9,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 EXECUTED = ROOT / "tests" / ".executed"
+CELL_TIMEOUT_S = 900  # no cell of a CPU-sized lesson takes minutes; a hang fails instead of blocking CI
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
@@ -18,6 +19,7 @@ def test_notebook_runs_and_asserts(notebook):
     papermill.execute_notebook(
         str(notebook), str(EXECUTED / notebook.name), cwd=str(notebook.parent),
         kernel_name="python3", progress_bar=False, parameters={"device": "cpu"},
+        execution_timeout=CELL_TIMEOUT_S,
     )
 
 
