@@ -1,9 +1,15 @@
 """Papermill runs every notebook in notebooks/ with its own (CI-sized) parameters; a notebook whose
-cell raises (every claim is an assert) fails the suite. New notebooks are picked up automatically."""
+cell raises (every claim is an assert) fails the suite. New notebooks are picked up automatically.
+
+Each notebook runs in its own `python -m papermill` process: run one after another inside the
+pytest process, papermill's client once blocked forever on a cell whose kernel had gone idle (the
+layout lab's widget cell, after seven notebooks; alone it passes in 20 s). A fresh client per
+notebook costs a second and removes that shared state."""
 import os
+import subprocess
+import sys
 from pathlib import Path
 
-import papermill
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,12 +21,13 @@ CELL_TIMEOUT_S = 900  # no cell of a CPU-sized lesson takes minutes; a hang fail
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
 def test_notebook_runs_and_asserts(notebook):
     EXECUTED.mkdir(exist_ok=True)
-    os.environ.setdefault("PYTHONWARNINGS", "ignore")
-    papermill.execute_notebook(
-        str(notebook), str(EXECUTED / notebook.name), cwd=str(notebook.parent),
-        kernel_name="python3", progress_bar=False, parameters={"device": "cpu"},
-        execution_timeout=CELL_TIMEOUT_S,
-    )
+    out = subprocess.run(
+        [sys.executable, "-m", "papermill", str(notebook), str(EXECUTED / notebook.name), "--cwd",
+         str(notebook.parent), "-k", "python3", "-p", "device", "cpu", "--execution-timeout", str(CELL_TIMEOUT_S),
+         "--no-progress-bar"],
+        capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    assert out.returncode == 0, f"{notebook.name} failed (executed copy: {EXECUTED / notebook.name}):\n" \
+                                f"{out.stderr[-4000:]}"
 
 
 def test_every_notebook_has_a_parameters_cell():
