@@ -21,7 +21,8 @@ GROUPS = [  # help sections, by field
                             "clip_grad", "seed", "moe_dispatcher"]),
     ("data", ["data", "tokenizer", "data_dir", "eval_interval", "eval_iters"]),
     ("checkpoints", ["save_interval", "save_dir", "load_dir", "load_optimizer", "eval_only"]),
-    ("where and how", ["device", "precision", "seed_checkpoint", "name", "out", "timeout_s", "stall_timeout_s", "env"]),
+    ("where and how", ["device", "precision", "seed_checkpoint", "name", "out", "timeout_s", "stall_timeout_s", "collective_timeout_s",
+                       "env"]),
 ]
 
 

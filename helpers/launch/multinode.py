@@ -31,7 +31,8 @@ def _free_port() -> int:
 
 
 def simulate(spec: JobSpec | None = None, nnodes: int = 2, node_dirs: list | None = None,
-             node_env: list[dict] | None = None, copy_seed: bool = True, **kwargs) -> RunDir:
+             node_env: list[dict] | None = None, copy_seed: bool = True, progress: bool = False,
+             **kwargs) -> RunDir:
     """Run a job as `nnodes` simulated nodes on this machine; returns the RunDir or raises
     JobFailed/JobTimeout like helpers.launch.run (every agent's process group is killed).
     nproc (the job's world size) is split evenly over the nodes."""
@@ -54,7 +55,7 @@ def simulate(spec: JobSpec | None = None, nnodes: int = 2, node_dirs: list | Non
                **{k: str(v) for k, v in ((node_env or [{}] * nnodes)[i]).items()}}
         cmd = torchrun.command(run_dir, spec.world_size // nnodes, nnodes, endpoint)
         procs.append(torchrun.start(cmd, env, run_dir / names.node_torchrun_log(i)))
-    torchrun.watch(procs, RunDir(run_dir), spec.timeout_s, f"{nnodes}-node job",
+    torchrun.watch(procs, RunDir(run_dir), spec.timeout_s, f"{nnodes}-node job", progress=progress,
                    on_exit=lambda: _merge_logs(run_dir, nnodes), stall_timeout_s=spec.stall_timeout_s)
     return RunDir(run_dir)
 

@@ -118,7 +118,7 @@ def watch(procs: list[subprocess.Popen], run: RunDir, timeout_s: float, what: st
                     on_exit()
                 why = (f"made no progress for {stall_timeout_s:.0f} s (stall_timeout_s; {now - start:.0f} s after "
                        f"the start)" if stalled else f"timed out after {timeout_s:.0f} s")
-                msg, ranks = failure_message(run, f"{what} {why}")
+                msg, ranks = failure_message(run, f"{what} {why}", killed=True)
                 raise JobTimeout(msg, run, ranks)
             if len(procs) > 1 and any(p.poll() not in (None, 0) for p in procs):
                 try:  # one agent failed: give the others a moment to stop on their own
@@ -154,6 +154,21 @@ def watch(procs: list[subprocess.Popen], run: RunDir, timeout_s: float, what: st
         raise JobFailed(msg, run, ranks)
 
 
+def leftover_processes(run_dir) -> list:
+    """Processes still alive whose command line names this run directory (a torchrun agent or a
+    rank). After any failure the runner has killed the job's whole process group, so: []."""
+    import psutil
+    key = str(run_dir)
+    out = []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if key in " ".join(p.info["cmdline"] or []):
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
 # ---- why a job failed ---------------------------------------------------------------------------
 def crashed_ranks(run: RunDir) -> dict[int, int]:
     """{rank: exit code} from torchrun's failure summary (ranks that died without a Python error)."""
@@ -168,9 +183,17 @@ PEER_LOST = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|
                        r"|NCCL error|Timed out|timed out|Socket Timeout", re.I)
 
 
-def failure_message(run: RunDir, what: str) -> tuple[str, list[int]]:
-    """The summary a failed job raises: root-cause ranks with their error (or, for a hang, the
-    stalled ranks with the last phase they reached and their last log lines)."""
+def _collective(e: dict) -> str:
+    c = e.get("in_collective")
+    return f" (waiting in {c['op']} over the {c['axis']} group {c['group']}, iteration {c['iteration']})" if c else ""
+
+
+def failure_message(run: RunDir, what: str, killed: bool = False) -> tuple[str, list[int]]:
+    """The summary a failed job raises: root-cause ranks with their error. When every error is a
+    consequence (a peer died, or stopped answering until the collective timed out), the ranks that
+    wrote no error are the cause: named with the last phase they reached and their log tail.
+    `killed`: the runner stopped the job itself (a timeout), so torchrun's own last words are only
+    its reaction to that and are left out."""
     errors = run.errors
     primary = {r: e for r, e in errors.items() if not PEER_LOST.search(e["message"])}
     for r, code in crashed_ranks(run).items():
@@ -178,23 +201,31 @@ def failure_message(run: RunDir, what: str) -> tuple[str, list[int]]:
             primary[r] = {"type": "ProcessDied", "message": f"exit code {code} without a Python error "
                           f"(killed, out of memory, or a crash in native code); last log lines:\n"
                           f"{run.log_tail(r, 6)}"}
-    ranks = sorted(primary) or sorted(errors) or run.stalled_ranks()
+    silent = [r for r in range(run.spec.world_size) if r not in errors]
+    if primary:
+        ranks = sorted(primary)
+    elif errors:  # only consequences: the cause is a rank that said nothing (stuck, or killed)
+        ranks = [r for r in run.stalled_ranks() if r in silent] or silent or sorted(errors)
+    else:
+        ranks = run.stalled_ranks()
     beats = run.heartbeats
     lines = [f"{what} (run directory: {run.path})"]
-    if not errors and not primary:
+    if not primary:
         lines.append(f"stalled rank(s): {ranks} (furthest behind; the others wait for them)")
     for r in ranks[:4]:
         if r in primary or r in errors:
             e = primary.get(r) or errors[r]
-            lines.append(f"rank {r}: {e['type']}: {e['message']}")
+            lines.append(f"rank {r}: {e['type']}: {e['message']}{_collective(e)}")
         else:
             where = beats.get(r, {})
             lines.append(f"rank {r}: last reached '{where.get('phase', 'process start')}'"
                          f" (iteration {where.get('iteration', 0)}); last log lines:\n{run.log_tail(r, 6)}")
     lost = sorted(set(errors) - set(ranks))
     if lost:
-        lines.append(f"ranks {lost} stopped because a peer failed")
-    if not errors and not primary:
+        waiting = [f"rank {r}{_collective(errors[r])}: {errors[r]['message'].splitlines()[0][:160]}"
+                   for r in lost[:4]]
+        lines.append(f"ranks {lost} stopped because a peer failed or stopped answering:\n  " + "\n  ".join(waiting))
+    if not errors and not primary and not killed:
         launcher = run.path / names.TORCHRUN_LOG
         if launcher.exists():
             lines.append("torchrun: " + "\n".join(launcher.read_text(errors="replace").splitlines()[-6:]))

@@ -11,10 +11,17 @@ A training checkpoint (helpers/runtime/checkpoint/ writes it) looks like
         common.pt                      rank 0's non-sharded state (iteration, ...), when present
         integrity.json                 Megatron: SHA-256 of every file above
         kit_checkpoint.json            the kit: iteration, layout, model, optimizer kind, eval loss
+        kit_node<N>.json               multi-node jobs: the files node N wrote, with SHA-256
+
+With node-local save folders (each node writes only its own ranks' shards; node 0 also holds the
+index, Megatron's integrity file, the kit's record and `latest`), no node holds a loadable
+checkpoint. `consolidate` gathers the nodes' folders into complete ones, checking every file
+against the manifest of the node that wrote it, and `verify` then accepts them.
 """
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from helpers.errors import CheckpointError
@@ -24,6 +31,7 @@ TRACKER = "latest"
 KIT_FILE = "kit_checkpoint.json"
 INTEGRITY_FILE = "integrity.json"  # Megatron's dist_checkpointing.save(verify_integrity=True)
 SEED_MARKER = "kit_complete"  # seed checkpoints (model only) end with this file
+NODE_FILE = "kit_node{}.json"  # one per node of a multi-node job: {"node", "files": {name: sha256}}
 
 WHAT = {  # file name (or prefix) -> what it holds, for describe()
     "metadata.json": "Megatron dist_checkpointing: backend and version (readable without torch)",
@@ -32,6 +40,7 @@ WHAT = {  # file name (or prefix) -> what it holds, for describe()
     INTEGRITY_FILE: "SHA-256 of every other file (written by rank 0 after all ranks finished)",
     KIT_FILE: "kit record: iteration, layout, model, optimizer kind, data position, eval loss",
     SEED_MARKER: "seed checkpoint complete marker",
+    "kit_node": "multi-node: the files one node wrote, with SHA-256 (consolidate checks them)",
     "__": "tensor shards written by one rank (model weights, optimizer moments, RNG states)",
 }
 
@@ -102,6 +111,22 @@ def verify(path, model: dict | None = None, hashes: bool = True) -> dict:
     if missing:
         raise CheckpointError(f"checkpoint {ckpt} is partial: {len(missing)} of {len(integrity)} files are "
                               f"missing ({', '.join(missing[:4])}). {fix_partial}", "partial")
+    for manifest in sorted(ckpt.glob(NODE_FILE.format("*"))):  # multi-node jobs: every node's files
+        node = json.loads(manifest.read_text())
+        absent = [f for f in node["files"] if not (ckpt / f).is_file()]
+        if absent:
+            raise CheckpointError(
+                f"checkpoint {ckpt} is partial: {len(absent)} file(s) written by node {node['node']} are not here "
+                f"({', '.join(absent[:4])}): the save folder was node-local. Fix: gather every node's folder "
+                f"with helpers.rundir.checkpoint_dir.consolidate (or save to a file system every node mounts).",
+                "node-local")
+        integrity = {**node["files"], **integrity}
+    writers = {int(p.name[2:].split("_")[0]) for p in ckpt.glob("__*_*.distcp")}
+    world = info.get("layout", {}).get("world_size")
+    if world and writers and writers != set(range(world)):
+        lost = sorted(set(range(world)) - writers)
+        raise CheckpointError(f"checkpoint {ckpt} is partial: no shard file from rank(s) {lost[:8]} of "
+                              f"{world}. {fix_partial}", "partial")
     if hashes:
         bad = [f for f, digest in integrity.items() if sha256(ckpt / f) != digest]
         if bad:
@@ -115,6 +140,63 @@ def verify(path, model: dict | None = None, hashes: bool = True) -> dict:
                 f"({model.get('name')}): {'; '.join(diff)}. Fix: use the same model preset and "
                 f"model_overrides as the run that saved it, or start without load_dir.", "model")
     return {**info, "path": str(ckpt)}
+
+
+def node_manifest(ckpt, node: int) -> Path:
+    """Multi-node save, on each node (its local rank 0, after every rank wrote): the files this
+    node sees in the checkpoint folder, with SHA-256 (the kit's record and integrity file, written
+    later by rank 0, are left out)."""
+    ckpt = Path(ckpt)
+    files = {p.name: sha256(p) for p in sorted(ckpt.iterdir())
+             if p.is_file() and not p.name.startswith("kit_") and p.name != INTEGRITY_FILE}
+    out = ckpt / NODE_FILE.format(node)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps({"node": node, "files": files}, indent=2))
+    tmp.replace(out)
+    return out
+
+
+def consolidate(node_roots: list, into=None) -> list[Path]:
+    """Make node-local checkpoint folders loadable: gather the latest checkpoint's files from every
+    node's folder (`node_roots`, node 0 first: it holds `latest`, the index and the kit's record)
+    into complete copies: `into` (one folder, e.g. on shared storage) or, when None, every node's
+    own folder (what rsync to each node would do). Each file is checked against the SHA-256 its
+    node recorded before it is copied; each result is verified. Returns the complete iter_* folders."""
+    roots = [Path(r) for r in node_roots]
+    ckpt = latest(roots[0])
+    if ckpt is None:
+        raise CheckpointError(f"{roots[0]} has no `{TRACKER}`: node 0's folder (the first of node_roots) holds it. "
+                              f"Fix: list node 0's checkpoint folder first.")
+    sources = {}  # file name -> path of a checked copy
+    for i, root in enumerate(roots):
+        folder = root / ckpt.name
+        manifest = folder / NODE_FILE.format(i)
+        if not manifest.is_file():
+            raise CheckpointError(f"{folder} has no {manifest.name}: it is not node {i}'s part of a multi-node "
+                                  f"checkpoint. Fix: pass the nodes' folders in node order.", "missing")
+        for name, digest in json.loads(manifest.read_text())["files"].items():
+            if sha256(folder / name) != digest:
+                raise CheckpointError(f"{folder / name} differs from what node {i} wrote (SHA-256). Fix: copy "
+                                      f"it again from node {i}, or resume from an earlier checkpoint.", "corrupt")
+            sources.setdefault(name, folder / name)
+        sources.setdefault(manifest.name, manifest)
+    for name in (KIT_FILE, INTEGRITY_FILE):  # written by rank 0, on node 0, after the manifests
+        sources.setdefault(name, ckpt / name)
+    targets = [Path(into)] if into is not None else roots
+    done = []
+    for root in targets:
+        folder = root / ckpt.name
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, src in sources.items():
+            dst = folder / name
+            if src.resolve() != dst.resolve() and not (dst.is_file() and sha256(dst) == sha256(src)):
+                shutil.copy2(src, dst)
+        tmp = root / f".{TRACKER}.tmp"
+        tmp.write_text(ckpt.name + "\n")
+        tmp.replace(root / TRACKER)
+        verify(folder)
+        done.append(folder)
+    return done
 
 
 def inventory(path) -> dict[str, dict]:

@@ -35,10 +35,12 @@ def append_jsonl(path: Path, record: dict) -> None:
         f.write(json.dumps(record) + "\n")
 
 
-def write_error(run_dir: Path, rank: int, exc: BaseException) -> None:
+def write_error(run_dir: Path, rank: int, exc: BaseException, **facts) -> None:
+    """logs/rank<N>.error.json: the exception, its traceback, and facts the worker knows about
+    where it happened (e.g. `in_collective`: the collective the rank was waiting in)."""
     write_json(Path(run_dir) / names.rank_error(rank), {
         "rank": rank, "type": type(exc).__name__, "message": str(exc),
-        "traceback": traceback.format_exc(),
+        "traceback": traceback.format_exc(), **{k: v for k, v in facts.items() if v is not None},
     })
 
 

@@ -131,8 +131,11 @@ class Prepared:
         self.spec, self.src = spec, src
         tok_dir = Path(src.tokenizer_dir) if src.tokenizer_dir else None
         self.tokenizer = tokenizers.load(spec.tokenizer, tok_dir)
-        self.host = socket.gethostname()
-        self.dir = paths.cache_dir() / "data" / f"{src.kind}-{spec.tokenizer}-{node_key(src, self.tokenizer)}" / self.host
+        # simulated nodes share a host name: KIT_NODE_NAME tells them apart (as preflight does)
+        node = os.environ.get("KIT_NODE_NAME")
+        self.host = f"{node} on {socket.gethostname()}" if node else socket.gethostname()
+        self.dir = (paths.cache_dir() / "data" / f"{src.kind}-{spec.tokenizer}-{node_key(src, self.tokenizer)}"
+                    / (node or socket.gethostname()))
 
     def facts(self) -> dict:
         return json.loads((self.dir / "facts.json").read_text())
@@ -180,7 +183,7 @@ def prepare(run_dir: Path, spec: JobSpec) -> Prepared:
     src = data_source.resolve(spec.data, spec.data_dir)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     prep = Prepared(spec, src)
-    ready = Path(run_dir) / names.LOGS / f"data-ready-{prep.host}.json"
+    ready = Path(run_dir) / names.LOGS / f"data-ready-node{os.environ.get('GROUP_RANK', 0)}.json"
     if local_rank == 0:
         prep.ensure_tokenized()
         prep.build()  # single-process mode: Megatron writes the index cache on this node

@@ -77,9 +77,10 @@ def _advice(problems: list[str]) -> str:
         return ("The checkpoint directory is node-local: each node holds only the shards its own ranks "
                 "wrote, and only node 0 has the tracker and the checkpoint's index (.metadata). Megatron's "
                 "torch_dist loader needs every rank to read the whole index and, after any layout change, "
-                "shards written on other nodes, so this resume cannot work. Fix: put save_dir/load_dir on a "
-                "file system every node mounts, or copy the node-local folders into one (e.g. rsync every "
-                "node's iter_* folder to each node) before resuming.")
+                "shards written on other nodes, so this resume cannot work as the folders are. Fix: gather "
+                "them first with helpers.rundir.checkpoint_dir.consolidate([node 0's folder, node 1's, ...]) "
+                "(after copying each node's iter_* folder where one process can read them, e.g. with rsync), "
+                "or save to a file system every node mounts.")
     return ("Fix: copy the same files to every node (or use a shared file system), then start again.")
 
 

@@ -8,7 +8,9 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-COLLECTIVE_TIMEOUT_MIN = 5  # a collective waiting longer than this fails (the runner's timeout is separate)
+# A collective waiting longer than this fails on the waiting ranks with the backend's own error
+# (JobSpec.collective_timeout_s overrides; the runner's timeout_s/stall_timeout_s are separate).
+DEFAULT_COLLECTIVE_TIMEOUT_S = {"gloo": 300.0, "nccl": 600.0}
 
 
 def process_groups(spec) -> torch.device:
@@ -25,7 +27,9 @@ def process_groups(spec) -> torch.device:
     else:
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(device)
-    dist.init_process_group("gloo" if on_cpu else "nccl", timeout=timedelta(minutes=COLLECTIVE_TIMEOUT_MIN))
+    backend = "gloo" if on_cpu else "nccl"
+    timeout_s = spec.collective_timeout_s or DEFAULT_COLLECTIVE_TIMEOUT_S[backend]
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
     ps.initialize_model_parallel(
         tensor_model_parallel_size=spec.tp,
         pipeline_model_parallel_size=spec.pp,
@@ -33,7 +37,7 @@ def process_groups(spec) -> torch.device:
         context_parallel_size=spec.cp,
         expert_model_parallel_size=spec.ep,
         expert_tensor_parallel_size=spec.expert_tp,
-        distributed_timeout_minutes=COLLECTIVE_TIMEOUT_MIN,
+        distributed_timeout_minutes=timeout_s / 60,  # Megatron's groups: timedelta(minutes=...) accepts a fraction
     )
     torch.manual_seed(spec.seed)
     model_parallel_cuda_manual_seed(spec.seed)

@@ -167,7 +167,8 @@ def main() -> None:
             cpu_compat.import_megatron_eagerly()
         train(args.run_dir, spec, args.seed_checkpoint_out)
     except BaseException as exc:
-        writer.write_error(args.run_dir, rank, exc)
+        from helpers.runtime.measure.comm_log import in_flight
+        writer.write_error(args.run_dir, rank, exc, in_collective=in_flight())
         raise  # torchrun sees the failure and stops the other ranks
     import torch.distributed as dist
     dist.destroy_process_group()

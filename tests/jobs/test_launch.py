@@ -1,5 +1,7 @@
 """The job runner: success, equivalence with one process, named failures, timeouts that leave no
-process behind, and requests rejected before anything starts."""
+process behind, and requests rejected before anything starts. A rank that raises, one that dies
+without a traceback, NaN, a hang inside a collective (collective_timeout_s) and one in a checkpoint
+save (stall_timeout_s) are asserted in notebooks/11_failure_modes.ipynb, which runs each of them."""
 import math
 import time
 
@@ -52,25 +54,6 @@ def test_without_seed_checkpoint_pp_starts_elsewhere(reference, runs):
     its layers' initial weights from its own RNG stream and the first loss differs."""
     run = launch.run(**runs, **BATCH, pp=2, seed_checkpoint=False)
     assert abs(run.losses[0] - reference.losses[0]) > 1e-6
-
-
-def test_worker_exception_names_the_rank(runs):
-    with pytest.raises(launch.JobFailed) as err:
-        launch.run(**runs, iters=3, tp=2, env={"KIT_FAULT": "raise@2:rank1"})
-    assert err.value.ranks == [1]
-    assert "rank 1: RuntimeError: injected failure on rank 1 at iteration 2" in str(err.value)
-
-
-def test_native_crash_names_the_rank(runs):
-    with pytest.raises(launch.JobFailed) as err:
-        launch.run(**runs, iters=3, tp=2, env={"KIT_FAULT": "exit@1:rank0"})
-    assert 0 in err.value.ranks and "exit code 3" in str(err.value)
-
-
-def test_nan_loss_stops_with_the_iteration(runs):
-    with pytest.raises(launch.JobFailed) as err:
-        launch.run(**runs, iters=4, env={"KIT_FAULT": "nan@3"})
-    assert "loss is nan at iteration 3" in str(err.value)
 
 
 def test_timeout_kills_every_process_and_names_the_stalled_rank(runs):

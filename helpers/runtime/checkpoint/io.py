@@ -128,6 +128,12 @@ def save(root: Path, iteration: int, model: list, opt, spec, model_desc, beat, e
     dist_checkpointing.save(state, str(path), verify_integrity=True)
     beat(f"checkpoint save: waiting for every rank ({path.name})", iteration)
     dist.barrier()
+    if int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size())) != dist.get_world_size():
+        # multi-node: each node records the files it holds (a node-local folder holds only its
+        # ranks' shards; checkpoint_dir.consolidate checks these manifests when it gathers them)
+        if int(os.environ.get("LOCAL_RANK", 0)) == 0:
+            checkpoint_dir.node_manifest(path, int(os.environ.get("GROUP_RANK", 0)))
+        dist.barrier()
     if rank == 0:
         write_json(path / checkpoint_dir.KIT_FILE, {
             "iteration": iteration, "layout": spec.layout_record(), "model": model_desc.to_dict(),

@@ -82,11 +82,25 @@ class _TimedWork:
         return getattr(self._work, name)
 
 
+_CURRENT: "CommLog | None" = None  # the rank's log, for in_flight()
+
+
+def in_flight() -> dict | None:
+    """The collective this rank is inside right now (op, axis, group, bytes, iteration), or None:
+    what a rank that fails in a collective (a timeout, a lost peer) writes into its error file."""
+    log = _CURRENT
+    rec = log and log.in_flight
+    return {k: rec[k] for k in ("op", "axis", "group", "bytes", "iteration", "phase") if k in rec} if rec else None
+
+
 class CommLog:
     """Install once (after the model is built, so Megatron's modules are imported); records only
     between `begin()` and `end()`, and never inside `paused()`."""
 
     def __init__(self, rank: int, sync_cuda: bool = False):
+        global _CURRENT
+        _CURRENT = self
+        self.in_flight: dict | None = None  # the record of a synchronous call that has not returned
         self.rank = rank
         self.records: list[dict] = []
         self.events: list[dict] = []  # timeline events: synchronous calls and waits, with times
@@ -209,7 +223,9 @@ class CommLog:
             is_async = bool(kwargs.get("async_op", False)) or name in ("isend", "irecv")
             rec = log._record(name, tensor, group, peer=peer, is_async=is_async)
             t0 = time.time()
+            log.in_flight = rec
             out = original(*args, **kwargs)
+            log.in_flight = None
             if is_async and out is not None:
                 return _TimedWork(out, log, rec)
             log._event("call", rec, t0, time.time())
