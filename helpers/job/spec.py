@@ -46,7 +46,8 @@ class JobSpec(ParallelSizes):
     timeout_s: float = knob(600.0, "wall-clock limit in seconds; the job is killed and its stalled ranks named",
                             aliases=("--timeout",))
     stall_timeout_s: float | None = knob(None, "stop the job when no rank has reported progress (a heartbeat) "
-                                         "for this long, naming the stalled ranks; none = only timeout_s")
+                                         "for this long once the first arrived, naming the stalled ranks; "
+                                         "none = only timeout_s")
     collective_timeout_s: float | None = knob(None, "how long a rank waits inside one collective before it fails "
                                               "with the backend's timeout error; none = 300 s (gloo) / 600 s (NCCL)")
     env: dict = knob(dict, "extra environment variables for every rank, e.g. KIT_FAULT=nan@2", cli="keyvalue")

@@ -94,7 +94,7 @@ def _progress(run: RunDir) -> tuple:
 def watch(procs: list[subprocess.Popen], run: RunDir, timeout_s: float, what: str = "job",
           progress: bool = False, on_exit=None, stall_timeout_s: float | None = None) -> None:
     """Wait for every agent; follow metrics.jsonl with a progress bar. Past `timeout_s`, or after
-    `stall_timeout_s` without any rank's heartbeat moving, every agent's group is killed and
+    `stall_timeout_s` without any rank's heartbeat moving (once the first one arrived), every agent's group is killed and
     JobTimeout names the stalled ranks; a failed agent gets a moment for its peers to stop, then
     JobFailed names the root-cause ranks. `on_exit()` runs after the agents are gone and before
     the failure is summarised (the multi-node simulation merges logs)."""
@@ -110,7 +110,8 @@ def watch(procs: list[subprocess.Popen], run: RunDir, timeout_s: float, what: st
                 beat = _progress(run)
                 if beat != last_beat:
                     last_beat, last_change = beat, now
-            stalled = bool(stall_timeout_s) and now - last_change > stall_timeout_s
+            # counted from the first heartbeat: a job still starting (imports) is timeout_s's to judge
+            stalled = bool(stall_timeout_s) and bool(last_beat) and now - last_change > stall_timeout_s
             if now > deadline or stalled:
                 for p in procs:
                     kill_group(p)
