@@ -16,6 +16,13 @@ ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 EXECUTED = ROOT / "tests" / ".executed"
 CELL_TIMEOUT_S = 900  # no cell of a CPU-sized lesson takes minutes; a hang fails instead of blocking CI
+# The exercises' right answers, passed as parameters (no notebook holds them; helpers/views/exercises.py).
+ANSWERS = {
+    "02_data_parallel": {"dp_wire_formula": "(n - 1) / n * (grad + grad // 4 * elem)"},
+    "03_tensor_parallel": {"tp_all_reduces": 3 * (4 * 4 + 2)},
+    "04_sequence_parallel": {"sp_all_gathers": 6 * 4 + 1 + 2},
+    "05_pipeline_parallel": {"vpp_isends": 4 * 2 + 4 * (2 - 1)},
+}
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
@@ -24,7 +31,7 @@ def test_notebook_runs_and_asserts(notebook):
     out = subprocess.run(
         [sys.executable, "-m", "papermill", str(notebook), str(EXECUTED / notebook.name), "--cwd",
          str(notebook.parent), "-k", "python3", "-p", "device", "cpu", "--execution-timeout", str(CELL_TIMEOUT_S),
-         "--no-progress-bar"],
+         "--no-progress-bar", *[a for k, v in ANSWERS.get(notebook.stem, {}).items() for a in ("-p", k, str(v))]],
         capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.returncode == 0, f"{notebook.name} failed (executed copy: {EXECUTED / notebook.name}):\n" \
                                 f"{out.stderr[-4000:]}"
