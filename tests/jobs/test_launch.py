@@ -5,10 +5,10 @@ save (stall_timeout_s) are asserted in notebooks/11_failure_modes.ipynb, which r
 import math
 import time
 
-import psutil
 import pytest
 
 from helpers import launch
+from helpers.launch.torchrun import leftover_processes
 
 # fp32 on CPU: layouts differ from one process only in the order of floating-point reductions
 # (split matmuls, all-reduce sums). Measured differences are <= 2e-7 relative over 5 iterations
@@ -64,9 +64,7 @@ def test_timeout_kills_every_process_and_names_the_stalled_rank(runs):
         launch.run(**runs, iters=3, tp=2, timeout_s=40, env={"KIT_FAULT": "hang@2:rank1"})
     assert time.monotonic() - t0 < 40 + 25
     assert err.value.ranks == [1], str(err.value)
-    run_dir = str(err.value.run.path)
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if run_dir in " ".join(p.info["cmdline"] or [])]
-    assert leftovers == []
+    assert leftover_processes(err.value.run.path) == []
 
 
 @pytest.mark.parametrize("request_, name", [

@@ -6,19 +6,15 @@ with the stalled rank named and no process left."""
 import json
 import shutil
 
-import psutil
 import pytest
 
 from helpers import launch
 from helpers.launch import multinode
+from helpers.launch.torchrun import leftover_processes
 from helpers.rundir import checkpoint_dir
 
 BATCH = dict(micro_batch=2, global_batch=4, seq_len=32, device="cpu", progress=False)
 TWO_NODES = dict(**{k: v for k, v in BATCH.items() if k != "progress"}, tp=2, nproc=4, timeout_s=600)
-
-
-def _leftovers(run_dir) -> list:
-    return [p for p in psutil.process_iter(["cmdline"]) if str(run_dir) in " ".join(p.info["cmdline"] or [])]
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +60,7 @@ def test_node_local_checkpoints_are_refused_then_consolidated_and_resumed_exactl
     assert "preflight failed" in msg and "node 1 (node1" in msg and "checkpoint file latest" in msg
     assert "node-local" in msg and "every node mounts" in msg and "consolidate" in msg
     assert not err.value.run.metrics  # refused before any iteration
-    assert not _leftovers(err.value.run.path)
+    assert not leftover_processes(err.value.run.path)
 
     done = checkpoint_dir.consolidate(roots)
     assert [d.parent for d in done] == roots and all((d / "__3_0.distcp").is_file() for d in done)
@@ -91,7 +87,7 @@ def test_preflight_names_the_node_and_the_file(tmp_path):
     assert "node 1 (node1" in msg and "seed checkpoint file __0_0.distcp" in msg and "bytes, node 0 has" in msg
     assert "data (KIT_DATA_DIR) file tokenizer.json" in msg and "differs from node 0's" in msg
     assert not err.value.run.metrics
-    assert not _leftovers(err.value.run.path)
+    assert not leftover_processes(err.value.run.path)
 
 
 # A hang is caught by the stall watchdog (stall_timeout_s: no rank's heartbeat moved for that long),
@@ -109,4 +105,4 @@ def test_a_peer_hanging_in_a_two_node_load_is_named_at_the_timeout(shared):
     assert f"made no progress for {STALL} s" in str(err.value)
     assert err.value.ranks == [3]
     assert "stalled rank(s): [3]" in str(err.value)
-    assert not _leftovers(err.value.run.path)
+    assert not leftover_processes(err.value.run.path)
