@@ -167,7 +167,7 @@ def consolidate(node_roots: list, into=None) -> list[Path]:
     if ckpt is None:
         raise CheckpointError(f"{roots[0]} has no `{TRACKER}`: node 0's folder (the first of node_roots) holds it. "
                               f"Fix: list node 0's checkpoint folder first.")
-    sources = {}  # file name -> path of a checked copy
+    sources = {}  # file name -> (path of a checked copy, its SHA-256 or None)
     for i, root in enumerate(roots):
         folder = root / ckpt.name
         manifest = folder / NODE_FILE.format(i)
@@ -178,19 +178,20 @@ def consolidate(node_roots: list, into=None) -> list[Path]:
             if sha256(folder / name) != digest:
                 raise CheckpointError(f"{folder / name} differs from what node {i} wrote (SHA-256). Fix: copy "
                                       f"it again from node {i}, or resume from an earlier checkpoint.", "corrupt")
-            sources.setdefault(name, folder / name)
-        sources.setdefault(manifest.name, manifest)
+            sources.setdefault(name, (folder / name, digest))
+        sources.setdefault(manifest.name, (manifest, None))
     for name in (KIT_FILE, INTEGRITY_FILE):  # written by rank 0, on node 0, after the manifests
-        sources.setdefault(name, ckpt / name)
+        sources.setdefault(name, (ckpt / name, None))
     targets = [Path(into)] if into is not None else roots
     done = []
     for root in targets:
         folder = root / ckpt.name
         folder.mkdir(parents=True, exist_ok=True)
-        for name, src in sources.items():
+        for name, (src, digest) in sources.items():
             dst = folder / name
-            if src.resolve() != dst.resolve() and not (dst.is_file() and sha256(dst) == sha256(src)):
-                shutil.copy2(src, dst)
+            if src.resolve() == dst.resolve() or (digest and dst.is_file() and sha256(dst) == digest):
+                continue  # already there (checked above, or the same bytes)
+            shutil.copy2(src, dst)
         tmp = root / f".{TRACKER}.tmp"
         tmp.write_text(ckpt.name + "\n")
         tmp.replace(root / TRACKER)

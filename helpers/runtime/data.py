@@ -42,6 +42,7 @@ from helpers.job import data_source, paths
 from helpers.job import tokenizer as tokenizers
 from helpers.job.spec import JobSpec
 from helpers.rundir import names
+from helpers.runtime.gather import node_label
 
 FORMAT = 1  # bump when tokenization or the on-disk layout changes (a new cache key)
 SPLITS = ("train", "valid", "test")
@@ -131,9 +132,7 @@ class Prepared:
         self.spec, self.src = spec, src
         tok_dir = Path(src.tokenizer_dir) if src.tokenizer_dir else None
         self.tokenizer = tokenizers.load(spec.tokenizer, tok_dir)
-        # simulated nodes share a host name: KIT_NODE_NAME tells them apart (as preflight does)
-        node = os.environ.get("KIT_NODE_NAME")
-        self.host = f"{node} on {socket.gethostname()}" if node else socket.gethostname()
+        node, self.host = node_label()  # one cache folder per node, simulated nodes included
         self.dir = (paths.cache_dir() / "data" / f"{src.kind}-{spec.tokenizer}-{node_key(src, self.tokenizer)}"
                     / (node or socket.gethostname()))
 

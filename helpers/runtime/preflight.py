@@ -6,7 +6,6 @@ files; the inventories meet in one all_gather, so every rank raises the same err
 from __future__ import annotations
 
 import os
-import socket
 from pathlib import Path
 
 import torch.distributed as dist
@@ -14,6 +13,7 @@ import torch.distributed as dist
 from helpers.errors import PreflightError
 from helpers.job import paths
 from helpers.rundir import checkpoint_dir
+from helpers.runtime.gather import node_label
 
 
 def _watched(spec) -> dict[str, Path]:
@@ -42,9 +42,7 @@ def _inventory(label: str, path: Path) -> dict:
 
 
 def node_view(spec) -> dict:
-    host = socket.gethostname()
-    name = os.environ.get("KIT_NODE_NAME")  # simulated nodes share a host name
-    return {"node": int(os.environ.get("GROUP_RANK", 0)), "host": f"{name} on {host}" if name else host,
+    return {"node": int(os.environ.get("GROUP_RANK", 0)), "host": node_label()[1],
             "files": {label: {"path": str(p), "files": _inventory(label, p)} for label, p in _watched(spec).items()}}
 
 
