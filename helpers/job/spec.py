@@ -14,6 +14,7 @@ from helpers.job.sizes import ParallelSizes, knob
 from helpers.job.tokenizer import NAMES as TOKENIZERS
 
 DATA_KINDS = ("synthetic", "wikitext", "sft")
+ATTENTION_KINDS = ("sdpa", "megatron_local")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,10 @@ class JobSpec(ParallelSizes):
     clip_grad: float = knob(1.0, "gradient-norm clipping threshold")
     seed: int = knob(1234, "random seed: initial weights, synthetic data")
     moe_dispatcher: str = knob("alltoall", "MoE token dispatcher", choices=("alltoall", "allgather"))
+    attention: str = knob("sdpa", "core attention: sdpa = the kit's on torch's fused scaled_dot_product_attention "
+                          "(helpers/runtime/attention/); megatron_local = Megatron's local DotProductAttention "
+                          "(materialises every score matrix); cp > 1 always uses the kit's context-parallel "
+                          "attention on SDPA", choices=ATTENTION_KINDS)
     # ---- data (helpers/job/data_source.py; worker side helpers/runtime/data.py)
     data: str = knob("synthetic", "synthetic tokens, WikiText-2 (continued pretraining) or prompt/response SFT",
                      choices=DATA_KINDS)

@@ -18,7 +18,7 @@ GROUPS = [  # help sections, by field
     ("layout", ["tp", "pp", "vpp", "cp", "ep", "etp", "sp", "dist_opt", "nproc", "first_stage_layers",
                 "last_stage_layers"]),
     ("model and training", ["model", "model_overrides", "iters", "micro_batch", "global_batch", "seq_len", "lr",
-                            "clip_grad", "seed", "moe_dispatcher"]),
+                            "clip_grad", "seed", "moe_dispatcher", "attention"]),
     ("data", ["data", "tokenizer", "data_dir", "eval_interval", "eval_iters"]),
     ("checkpoints", ["save_interval", "save_dir", "load_dir", "load_optimizer", "eval_only"]),
     ("where and how", ["device", "precision", "seed_checkpoint", "name", "out", "timeout_s", "stall_timeout_s", "collective_timeout_s",

@@ -20,6 +20,7 @@ from megatron.core.transformer.transformer_block import (
 
 from helpers.job.models import ModelPreset
 from helpers.job.spec import JobSpec
+from helpers.runtime.attention.core import SDPACoreAttention
 from helpers.runtime.modules import ContextParallelAttention, SequenceParallelNorm
 
 
@@ -79,15 +80,26 @@ def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bo
     )
 
 
-def block_spec(config: TransformerConfig, model: ModelPreset, vp_stage: int | None) -> TransformerBlockSubmodules:
-    """Megatron-Core's local layer spec with the kit's SP-capable norm in place of torch's."""
+def core_attention(config: TransformerConfig, attention: str):
+    """The layer spec's core attention: the kit's SDPA one (default), or Megatron's local
+    DotProductAttention, which the spec already holds. Megatron's refuses CP: CP always uses the kit's."""
+    if config.context_parallel_size > 1:
+        return ContextParallelAttention
+    return SDPACoreAttention if attention == "sdpa" else None
+
+
+def block_spec(config: TransformerConfig, model: ModelPreset, vp_stage: int | None,
+               attention: str = "sdpa") -> TransformerBlockSubmodules:
+    """Megatron-Core's local layer spec with the kit's SP-capable norm in place of torch's and the
+    kit's core attention (`attention`, JobSpec.attention)."""
     layer = get_gpt_layer_local_spec(
         num_experts=model.num_experts, moe_grouped_gemm=False, normalization=model.normalization
     )
     layer.submodules.input_layernorm = SequenceParallelNorm
     layer.submodules.pre_mlp_layernorm = SequenceParallelNorm
-    if config.context_parallel_size > 1:  # Megatron's local attention refuses CP; use the kit's
-        layer.submodules.self_attention.submodules.core_attention = ContextParallelAttention
+    chosen = core_attention(config, attention)
+    if chosen is not None:
+        layer.submodules.self_attention.submodules.core_attention = chosen
     n_layers = get_num_layers_to_build(config, vp_stage=vp_stage)
     return TransformerBlockSubmodules(layer_specs=[layer] * n_layers, layer_norm=SequenceParallelNorm)
 
@@ -99,7 +111,7 @@ def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
         vp = vp_stage if spec.vpp else None
         chunks.append(GPTModel(
             config=config,
-            transformer_layer_spec=block_spec(config, model, vp),
+            transformer_layer_spec=block_spec(config, model, vp, spec.attention),
             vocab_size=model.vocab_size,
             max_sequence_length=spec.seq_len,
             pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),

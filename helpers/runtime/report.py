@@ -125,8 +125,11 @@ class Report:
         n = sum(p.numel() for chunk in model for p in chunk.parameters())
         counts = _all_gather(n)
         ok = all(c > 0 for c in counts)
+        # Which core attention the layers were built with (JobSpec.attention; CP has its own)
+        core = next((type(m.core_attention).__name__ for chunk in model for m in chunk.modules()
+                     if hasattr(m, "core_attention")), None)
         self._set("model", "pass" if ok else "fail", {
-            "layout": self.spec.layout_name(), "model": self.spec.model,
+            "layout": self.spec.layout_name(), "model": self.spec.model, "core_attention": core,
             "parameters_per_rank": {str(r): c for r, c in enumerate(counts)}})
         self._write()
 

@@ -49,6 +49,16 @@ def test_layout_matches_one_process(layout, reference, runs):
     assert _rel(run.losses, reference.losses) <= RTOL, (run.losses, reference.losses)
 
 
+def test_megatron_local_attention_matches_the_kit_sdpa_attention(reference, runs):
+    """attention='megatron_local' builds Megatron's own DotProductAttention (materialised scores);
+    the default is the kit's SDPA module. Same weights, same maths: same losses to fp32 rounding."""
+    run = launch.run(**runs, **BATCH, attention="megatron_local")
+    built = [next(c for c in r.report["checks"] if c["name"] == "model")["evidence"]["core_attention"]
+             for r in (reference, run)]
+    assert built == ["SDPACoreAttention", "DotProductAttention"]
+    assert _rel(run.losses, reference.losses) <= RTOL, (run.losses, reference.losses)
+
+
 def test_without_seed_checkpoint_pp_starts_elsewhere(reference, runs):
     """The seed checkpoint is what makes layouts comparable: without it each pipeline stage draws
     its layers' initial weights from its own RNG stream and the first loss differs."""
