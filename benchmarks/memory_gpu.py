@@ -30,6 +30,14 @@ LAYOUTS = {  # name -> JobSpec fields (on top of BASE)
     "g1-fp32": dict(precision="fp32", seq_len=1024),
     "g1-m4": dict(global_batch=8),
     "g1-s4096-mb1": dict(seq_len=4096, micro_batch=1, model_overrides=dict(GPT, num_layers=6)),
+    # one-GPU layouts added with the SDPA attention (issue 19): longer sequences, Megatron's local
+    # attention for comparison, the distributed optimizer at DP=1, a MoE on one GPU
+    "g1-local-attention": dict(attention="megatron_local"),
+    "g1-local-s1024-mb4": dict(attention="megatron_local", seq_len=1024, micro_batch=4),
+    "g1-s8192-mb1": dict(seq_len=8192, micro_batch=1, model_overrides=dict(GPT, num_layers=6, max_seq_len=8192)),
+    "g1-s512-mb16": dict(seq_len=512, micro_batch=16),
+    "g1-distopt": dict(dist_opt=True),
+    "g1-moe": dict(model="tiny-moe", model_overrides=MOE, seq_len=1024, micro_batch=2),
     "tp2": dict(tp=2),
     "tp2-sp": dict(tp=2, sp=True),
     "pp2": dict(pp=2, global_batch=8),

@@ -68,10 +68,15 @@ def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bo
         pipeline_dtype=torch.bfloat16 if bf16 else torch.float32,
         # CPU: build full weights on the host, then split (no CUDA RNG, no CUDA kernels).
         use_cpu_initialization=on_cpu,
-        # Fusions need CUDA kernels (apex/TE/triton); the kit uses the plain PyTorch paths.
+        # Fusions that need apex or TE kernels stay off. On GPU the kit takes the ones Megatron
+        # writes in torch and compiles (megatron/core/fusions, jit_fuser = torch.compile):
+        # bias+GeLU (only with linear biases), bias+dropout+add, and the vocab-parallel
+        # cross-entropy. CPU keeps the plain paths (cpu_compat imports Megatron without compile).
         gradient_accumulation_fusion=False,
-        bias_activation_fusion=False,
-        bias_dropout_fusion=False,
+        bias_activation_fusion=not on_cpu and model.add_bias_linear and model.activation == "gelu",
+        bias_dropout_fusion=not on_cpu,
+        cross_entropy_loss_fusion=not on_cpu,
+        cross_entropy_fusion_impl="native",
         masked_softmax_fusion=False,
         apply_rope_fusion=False,
         persist_layer_norm=False,
@@ -153,7 +158,20 @@ def optimizer(config: TransformerConfig, model: list, spec: JobSpec):
         params_dtype=config.params_dtype,
         use_distributed_optimizer=spec.dist_opt,
     )
-    return get_megatron_optimizer(opt_config, model)
+    opt = get_megatron_optimizer(opt_config, model)
+    if not config.use_cpu_initialization:  # on GPU
+        use_fused_adam(opt)
+    return opt
+
+
+def use_fused_adam(opt) -> None:
+    """Without apex/TE, Megatron builds torch's Adam with its default multi-tensor (foreach)
+    implementation; torch's single fused kernel (`fused=True`) does the same update in one pass
+    over the fp32 main parameters, gradients and moments. Adam reads the flag per step from its
+    param groups, so switching it after construction is enough."""
+    for chained in getattr(opt, "chained_optimizers", [opt]):
+        for group in chained.optimizer.param_groups:
+            group.update(fused=True, foreach=False)
 
 
 def unwrap(chunk: torch.nn.Module) -> torch.nn.Module:
