@@ -9,7 +9,7 @@ what the kit/bare ratio measures. The attention choice and the fusions are the s
 kit has (the kit's SDPA core attention, or Megatron's local DotProductAttention).
 
     python benchmarks/bare_mcore_loop.py '{"model": {...ModelPreset fields}, "seq_len": 2048,
-        "micro_batch": 4, "global_batch": 32, "iters": 10, "attention": "sdpa", "fusions": true,
+        "micro_batch": 4, "global_batch": 32, "iters": 10, "attention": "sdpa", "fusions": true, "fused_adam": true,
         "profile": null}'
 
 Prints one JSON line: step times, tokens/s, peak allocated bytes, parameter count.
@@ -54,6 +54,9 @@ def build(cfg: dict):
         cross_entropy_loss_fusion=fused, cross_entropy_fusion_impl="native", **moe)
     layer = get_gpt_layer_local_spec(num_experts=m.get("num_experts"), moe_grouped_gemm=False,
                                      normalization=config.normalization)
+    if fused:  # the kit's compiled rotary embedding, as the kit's worker uses on GPU
+        from helpers.runtime import compiled_rope
+        compiled_rope.install()
     if cfg["attention"] == "sdpa":
         from helpers.runtime.attention.core import SDPACoreAttention
         layer.submodules.self_attention.submodules.core_attention = SDPACoreAttention

@@ -9,9 +9,11 @@ papers do (helpers/job/flops.py; the formula is printed) over the device's dense
     python benchmarks/gpu_throughput.py --out DIR [--sizes gpt-125m,gpt-1.4b,gpt-7b-l6,moe]
         [--attention sdpa,megatron_local] [--iters 8] [--no-extras]
 
-Extras (for the 1.4B model): the bare loop without the GPU fusions and fused Adam, and with
-Megatron's local attention and no fusions (the state before issue 19); the last two steps of the
-bare runs `before` and `after` are profiled with torch.profiler (OUT/profile_*.txt).
+The last two steps of the bare 1.4B run with SDPA are profiled with torch.profiler
+(OUT/profile_after.txt). Extras (1.4B): the kit without instrumentation (KIT_INSTRUMENT=0), the bare
+loop without the GPU fusions (compiled rotary, bias/dropout/cross-entropy fusions, fused Adam), and
+with Megatron's local attention and no fusions (the state before issue 19, profiled:
+OUT/profile_before.txt).
 """
 import argparse
 import json
@@ -152,8 +154,7 @@ def main():
     for size in args.sizes.split(","):
         for attention in args.attention.split(","):
             attempt(results, f"kit/{size}/{attention}", run_kit, size, attention, args.iters, args.out)
-            profile = args.out / "profile_after.txt" if size == "gpt-1.4b" and attention == "sdpa" and not \
-                args.no_extras else None
+            profile = args.out / "profile_after.txt" if size == "gpt-1.4b" and attention == "sdpa" else None
             attempt(results, f"bare/{size}/{attention}", run_bare, size, attention, args.iters, profile=profile)
             save()
         if size == "gpt-1.4b" and not args.no_extras:

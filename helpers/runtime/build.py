@@ -111,6 +111,9 @@ def block_spec(config: TransformerConfig, model: ModelPreset, vp_stage: int | No
 
 def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -> list[torch.nn.Module]:
     """One GPTModel per virtual pipeline stage held by this rank (one when VPP is off)."""
+    if not config.use_cpu_initialization:  # on GPU: rotary embedding compiled (the TE fusion's stand-in)
+        from helpers.runtime import compiled_rope
+        compiled_rope.install()
     chunks = []
     for vp_stage in range(spec.vpp or 1):
         vp = vp_stage if spec.vpp else None

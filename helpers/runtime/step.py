@@ -29,13 +29,22 @@ def loss_func(loss_mask, scale, cp_group, output_tensor):
     return loss, {"lm loss": mean.detach().clone()}
 
 
+def to_device(t: torch.Tensor, device) -> torch.Tensor:
+    """A host batch tensor onto the device. On GPU through pinned memory and asynchronously: a copy
+    from ordinary (pageable) host memory makes the CPU wait until the GPU has drained its queue,
+    once per microbatch, leaving the GPU idle while the next kernels are launched."""
+    if device.type != "cuda":
+        return t.to(device)
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 def forward_step(device, scale, data_iterator, model):
     """Megatron's forward_step_func: next microbatch (this CP rank's chunks of it), the model's
     per-token losses, and the loss function to reduce them."""
     from megatron.core import parallel_state as ps
     from megatron.core.utils import get_batch_on_this_cp_rank
 
-    batch = {k: v.to(device) for k, v in next(data_iterator).items()}
+    batch = {k: to_device(v, device) for k, v in next(data_iterator).items()}
     if ps.get_context_parallel_world_size() > 1:  # chunks r and 2*CP-1-r of the sequence
         batch = get_batch_on_this_cp_rank(batch, is_hybrid_cp=False, cp_group=ps.get_context_parallel_group())
     output = model(batch["tokens"], batch["position_ids"], attention_mask=None, labels=batch["labels"])
