@@ -55,6 +55,7 @@ def model_of(size: str):
 
 def run_kit(size: str, attention: str, iters: int, out: Path, env: dict | None = None) -> dict:
     name, fields, seq, mb, gbs = SIZES[size]
+    t0 = time.time()
     run = launch.run(model=name, model_overrides=dict(fields, vocab_size=VOCAB, max_seq_len=seq), seq_len=seq,
                      micro_batch=mb, global_batch=gbs, iters=iters, lr=3e-4, device="cuda", attention=attention,
                      seed_checkpoint=False, out=str(out / "runs"), progress=False, timeout_s=500,
@@ -64,7 +65,9 @@ def run_kit(size: str, attention: str, iters: int, out: Path, env: dict | None =
     peaks_file = run.path / "device_memory.json"
     peaks = json.loads(peaks_file.read_text()) if peaks_file.exists() else {"0": {
         k: max(m.get(k, 0) for m in run.metrics) for k in ("mem_max_allocated_bytes", "mem_max_reserved_bytes")}}
+    first = run.metrics[0]
     return {"step_time_s": step, "tokens_per_s": gbs * seq / step, "step_times_s": steps, "losses": run.losses,
+            "launch_to_first_iteration_s": first["time"] - first["step_time_s"] - t0,
             "params": run.ranks[0]["params"], "max_allocated_bytes": peaks["0"]["mem_max_allocated_bytes"],
             "max_reserved_bytes": peaks["0"]["mem_max_reserved_bytes"], "spec": run.spec.to_dict(), "peaks": peaks,
             "ranks": {str(k): v for k, v in run.ranks.items()}, "device": run.ranks[0].get("device_name")}
