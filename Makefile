@@ -27,8 +27,11 @@ $(STAMP): pyproject.toml
 	  "$(PYTHON312)" -m venv $(VENV); fi
 	@echo "installing the kit into $(VENV) (first time: a few minutes, ~5 GB with CUDA-enabled torch)"
 	$(PY) -m pip install --quiet --disable-pip-version-check -e . 2>&1 | grep -v "^WARNING: Location" || true
-	@PYTHONWARNINGS=ignore $(PY) -c "import torch, megatron.core, helpers" >/dev/null 2>&1 || \
-	  { echo "error: install incomplete; the import below fails:"; $(PY) -c "import torch, megatron.core, helpers"; exit 1; }
+	@# [tool.megatron-kit] install-without-deps: Megatron-Bridge and transformers, without their declared stacks
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps \
+	  $$($(PY) -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml","rb"))["tool"]["megatron-kit"]["install-without-deps"]))')
+	@PYTHONWARNINGS=ignore $(PY) -c "import torch, megatron.core, helpers, transformers" >/dev/null 2>&1 || \
+	  { echo "error: install incomplete; the import below fails:"; $(PY) -c "import torch, megatron.core, helpers, transformers"; exit 1; }
 	@rm -f $(VENV)/.installed-*; touch $(STAMP)
 
 demo: install

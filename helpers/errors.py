@@ -8,6 +8,7 @@ act on them without matching text. Imports nothing: both sides (notebook and wor
     ├── CheckpointError   a checkpoint cannot be loaded (.kind: missing|partial|corrupt|model|layout|node-local)
     ├── DataNotFound      data or tokenizer files are not where the job looks
     ├── PreflightError    nodes of a multi-node job do not see the same files
+    ├── HFImportError     a Hugging Face model's weights do not fit the built model (.names: the parameters)
     └── JobFailed         a started job failed (.run, .ranks: the root-cause ranks)
         └── JobTimeout    ... by running past its timeout (.ranks: the stalled ones)
 """
@@ -61,6 +62,15 @@ class DataNotFound(KitError, FileNotFoundError):
 
 class PreflightError(KitError, RuntimeError):
     """The nodes of a multi-node job do not see the same data/tokenizer/checkpoint files."""
+
+
+class HFImportError(KitError, RuntimeError):
+    """Importing or exporting a Hugging Face model through Megatron-Bridge would leave parameters
+    unwritten; `.names` lists them (Megatron names)."""
+
+    def __init__(self, message: str, names: list[str] | None = None):
+        super().__init__(message)
+        self.names = list(names or [])
 
 
 class JobFailed(KitError, RuntimeError):

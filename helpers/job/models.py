@@ -31,6 +31,7 @@ class ModelPreset:
     qk_layernorm: bool = False
     add_bias_linear: bool = False  # modern LLMs (Llama, Qwen, DeepSeek) have no linear biases
     max_seq_len: int = 4096
+    tied_embeddings: bool = False  # the output layer reuses the input embedding (HF tie_word_embeddings)
     # Multi-latent attention (DeepSeek): queries/keys/values go through low-rank projections.
     multi_latent_attention: bool = False
     q_lora_rank: int | None = None  # None = queries are not compressed (DeepSeek-V2-Lite)

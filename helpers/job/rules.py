@@ -97,6 +97,16 @@ def tensor(lay: Layout, model: ModelPreset, devices) -> list[Violation]:
     if shared and shared % tp:  # shared experts are a dense MLP: split by TP, not ETP
         v.add("shared_expert_ffn_divisible_by_tp", f"shared-expert width {shared} is not divisible by tp={tp}",
               f"use tp in {divisors(shared)[:12]}")
+    if model.multi_latent_attention:
+        # The local spec's MLA down projections are column-parallel: their outputs split over TP.
+        kv_down = model.kv_lora_rank + model.qk_pos_emb_head_dim
+        if kv_down % tp:
+            v.add("mla_kv_down_divisible_by_tp",
+                  f"MLA's kv_lora_rank + qk_pos_emb_head_dim = {model.kv_lora_rank} + {model.qk_pos_emb_head_dim} "
+                  f"= {kv_down} is not divisible by tp={tp}", f"use tp in {divisors(kv_down)[:12]}")
+        if model.q_lora_rank and model.q_lora_rank % tp:
+            v.add("mla_q_lora_divisible_by_tp", f"MLA's q_lora_rank {model.q_lora_rank} is not divisible by tp={tp}",
+                  f"use tp in {divisors(model.q_lora_rank)[:12]}")
     if model.layer_kinds()["mamba"]:
         if model.mamba_num_heads % tp:
             v.add("mamba_heads_divisible_by_tp", f"{model.mamba_num_heads} Mamba heads are not divisible by tp={tp}",
@@ -212,9 +222,10 @@ def batch(lay: Layout, model: ModelPreset, devices) -> list[Violation]:
     return v
 
 
-# What the kit's worker (helpers/runtime/build.py) builds today. A preset needing more can be
-# planned, but launching it would silently train a different architecture, so it is refused.
-WORKER_BUILDS = {"activation": {"gelu"}, "kv_channels": {None}, "qk_layernorm": {False}, "first_k_dense": {0}}
+# What the kit's worker (helpers/runtime/build.py, layer_specs.py) builds. A preset needing more
+# can be planned, but launching it would silently train a different architecture, so it is refused.
+# (squared_relu belongs to the Mamba hybrids, refused on their own below.)
+WORKER_BUILDS = {"activation": {"gelu", "swiglu"}}
 
 
 def backend(lay: Layout, model: ModelPreset, devices) -> list[Violation]:
@@ -226,15 +237,8 @@ def backend(lay: Layout, model: ModelPreset, devices) -> list[Violation]:
     if lay.backend == "te":
         return v
     # cp > 1 is fine here: Megatron's local attention refuses it, but the kit's own
-    # ContextParallelAttention (helpers/runtime/modules.py) takes its place.
-    if model.multi_latent_attention:
-        if lay.cp > 1:
-            v.add("cp_with_mla_needs_te", f"MLA ({model.name}) with cp={lay.cp} runs only on TE's attention",
-                  "set cp=1, or plan with backend='te'")
-        v.add("mla_local_spec_broken",
-              "multi-latent attention with Megatron-Core 0.19's local spec fails at construction "
-              "(DotProductAttention got an unexpected keyword 'k_channels'; Megatron-LM issue #1589)",
-              "plan with backend='te', or use a non-MLA model on the local backend")
+    # ContextParallelAttention (helpers/runtime/modules.py) takes its place. MLA is built by
+    # helpers/runtime/mla.py (the local spec's two MLA failures and its TP gradient bug fixed there).
     if model.layer_kinds()["mamba"]:
         v.add("hybrid_needs_mamba_ssm",
               f"{model.name} has Mamba layers: they need the mamba_ssm kernels and Megatron's hybrid "

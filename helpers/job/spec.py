@@ -24,6 +24,10 @@ class JobSpec(ParallelSizes):
     # ---- model and training
     model: str = knob("tiny-gpt", "model preset (helpers/job/models.py)")
     model_overrides: dict = knob(dict, "preset fields to change, e.g. num_layers=2", cli="keyvalue")
+    hf_model: str | None = knob(None, "train a local Hugging Face model folder (config.json + safetensors), "
+                                "imported through Megatron-Bridge into the layout; replaces model")
+    export_hf: str | None = knob(None, "after training, write the model back as a Hugging Face folder here "
+                                 "(needs hf_model; $VARS expanded on the node)")
     iters: int = knob(5, "training iterations")
     lr: float = knob(3e-3, "learning rate (constant)")
     clip_grad: float = knob(1.0, "gradient-norm clipping threshold")
@@ -56,6 +60,9 @@ class JobSpec(ParallelSizes):
     collective_timeout_s: float | None = knob(None, "how long a rank waits inside one collective before it fails "
                                               "with the backend's timeout error; none = 300 s (gloo) / 600 s (NCCL)")
     env: dict = knob(dict, "extra environment variables for every rank, e.g. KIT_FAULT=nan@2", cli="keyvalue")
+    hf_parity_layouts: list | None = knob(None, "compare the imported model's logits with transformers' in each "
+                                          "of these layouts (dicts of sizes), then stop (helpers/launch/hf_check.py)",
+                                          cli=False)
     groups_only: bool = knob(False, "start the process groups, write groups.json and stop (no model, no data)",
                              cli=False)
     # ---- checkpoints (helpers/runtime/checkpoint/). Paths may use $VARS, expanded on each node.
@@ -75,6 +82,13 @@ class JobSpec(ParallelSizes):
                 "dp": self.dp, "ep": self.ep, "etp": self.expert_tp, "edp": self.edp, "sp": self.sp,
                 "dist_opt": self.dist_opt, "first_stage_layers": self.first_stage_layers,
                 "last_stage_layers": self.last_stage_layers}
+
+    def model_preset(self):
+        """The model this job trains: the preset with its overrides, or the HF folder's description."""
+        from helpers.job import hf_model, models
+        if self.hf_model:
+            return hf_model.describe(self.hf_model)
+        return models.preset(self.model).with_(**self.model_overrides)
 
     def load_paths(self) -> list[Path]:
         """load_dir as a list of paths, $VARS expanded (on a worker: this node's values)."""

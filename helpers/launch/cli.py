@@ -17,7 +17,8 @@ from helpers.job.spec import JobSpec
 GROUPS = [  # help sections, by field
     ("layout", ["tp", "pp", "vpp", "cp", "ep", "etp", "sp", "dist_opt", "nproc", "first_stage_layers",
                 "last_stage_layers"]),
-    ("model and training", ["model", "model_overrides", "iters", "micro_batch", "global_batch", "seq_len", "lr",
+    ("model and training", ["model", "model_overrides", "hf_model", "export_hf", "iters", "micro_batch",
+                            "global_batch", "seq_len", "lr",
                             "clip_grad", "seed", "moe_dispatcher", "attention"]),
     ("data", ["data", "tokenizer", "data_dir", "eval_interval", "eval_iters"]),
     ("checkpoints", ["save_interval", "save_dir", "load_dir", "load_optimizer", "eval_only"]),

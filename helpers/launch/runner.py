@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from helpers.errors import CheckpointError, DataNotFound, InvalidJob, InvalidLayout
-from helpers.job import data_source, models, paths
+from helpers.job import data_source, hf_model, models, paths
 from helpers.job.layout import Layout
 from helpers.job.spec import JobSpec
 from helpers.launch import torchrun
@@ -50,14 +50,34 @@ def resolve(spec: JobSpec) -> JobSpec:
     if precision not in PRECISIONS:
         raise InvalidJob(f"precision must be {', '.join(PRECISIONS)} or auto, not {spec.precision!r}")
     out = str(paths.runs_dir()) if spec.out == "runs" else spec.out
-    return dataclasses.replace(spec, device=device, precision=precision, out=out)
+    hf = {}
+    if spec.hf_model:  # workers may start elsewhere; the HF weights are the same start in every layout
+        hf = dict(hf_model=str(Path(spec.hf_model).expanduser().resolve()), seed_checkpoint=False)
+    return dataclasses.replace(spec, device=device, precision=precision, out=out, **hf)
 
 
 def model_of(spec: JobSpec) -> models.ModelPreset:
+    if spec.hf_model and spec.model_overrides:
+        raise InvalidJob("model_overrides change a preset; an hf_model's architecture comes from its config.json "
+                         "(edit and re-save the HF model instead)")
     try:
-        return models.preset(spec.model).with_(**spec.model_overrides)
+        return spec.model_preset()
     except (KeyError, TypeError) as e:
         raise InvalidJob(str(e.args[0] if e.args else e)) from None
+
+
+def check_hf_request(spec: JobSpec) -> dict | None:
+    """hf_model/export_hf make sense (the folder itself is checked by model_of). Returns the
+    manifest's `hf_model` record."""
+    if spec.export_hf and not spec.hf_model:
+        raise InvalidJob("export_hf writes an imported model back to Hugging Face format: it needs hf_model")
+    if not spec.hf_model:
+        return None
+    if spec.export_hf and not hf_model.has_tokenizer(spec.hf_model):
+        raise InvalidJob(f"export_hf needs the tokenizer in the hf_model folder {spec.hf_model} (Megatron-Bridge "
+                         "writes it into the export): save one there with tokenizer.save_pretrained(folder)")
+    return {"path": spec.hf_model, "name": model_of(spec).name, "config_sha256": hf_model.config_hash(spec.hf_model),
+            "architectures": hf_model.read_config(spec.hf_model)["architectures"]}
 
 
 def validate(spec: JobSpec) -> None:
@@ -66,6 +86,7 @@ def validate(spec: JobSpec) -> None:
         raise InvalidJob(f"nproc must be >= 1, not {spec.nproc}")
     if spec.iters < 0:
         raise InvalidJob(f"iters must be >= 0, not {spec.iters}")
+    check_hf_request(spec)
     devices = cuda_device_count() if spec.device == "cuda" else None
     if spec.device == "cuda" and devices == 0:
         raise InvalidJob("device=cuda but no CUDA device is visible; use device='cpu' or 'auto'")
@@ -130,7 +151,7 @@ def versions() -> dict:
 
 def new_run_dir(spec: JobSpec) -> Path:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    name = spec.name or f"{spec.model}-{spec.layout_name()}"
+    name = spec.name or f"{model_of(spec).name}-{spec.layout_name()}"
     path = Path(spec.out) / f"{name}-{stamp}"
     (path / names.LOGS).mkdir(parents=True)
     return path
@@ -142,6 +163,7 @@ def write_manifest(run_dir: Path, spec: JobSpec, data: dict | None) -> None:
         "layout": spec.layout_record(),
         "model": model_of(spec).to_dict(),
         "data": data or {"kind": "synthetic", "source": "helpers/runtime/synthetic.py"},
+        "hf_model": check_hf_request(spec),  # the imported folder: name, config hash (Bridge version: versions)
         "versions": versions(),
         "git_revision": git_revision(),
         "command": torchrun.command(run_dir, spec.world_size),

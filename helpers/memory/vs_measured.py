@@ -9,7 +9,6 @@ import json
 import sys
 
 from helpers.job.layout import Layout
-from helpers.job.models import preset
 from helpers.job.spec import JobSpec
 from helpers.memory.plan import plan_memory
 from helpers.memory.static import rank_coordinates, static_memory
@@ -20,7 +19,7 @@ STATIC_KEYS = ["params", "param_bytes", "grad_bytes", "optimizer_state_bytes", "
 
 def layout_and_model(spec: JobSpec):
     """The Layout and model preset a JobSpec describes."""
-    return Layout.of(spec), preset(spec.model).with_(**spec.model_overrides)
+    return Layout.of(spec), spec.model_preset()
 
 
 def static_mismatches(spec: JobSpec, ranks: dict) -> list[str]:

@@ -9,43 +9,20 @@ from megatron.core.distributed import (
     DistributedDataParallelConfig,
 )
 from megatron.core.models.gpt import GPTModel
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
 from megatron.core.transformer import TransformerConfig
 from megatron.core.transformer.module import Float16Module
-from megatron.core.transformer.transformer_block import (
-    TransformerBlockSubmodules,
-    get_num_layers_to_build,
-)
 
 from helpers.job.models import ModelPreset
 from helpers.job.spec import JobSpec
-from helpers.runtime.attention.core import SDPACoreAttention
-from helpers.runtime.modules import ContextParallelAttention, SequenceParallelNorm
+from helpers.runtime import layer_specs
 
 
-def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bool) -> TransformerConfig:
-    moe = {}
-    if model.is_moe:
-        moe = dict(
-            num_moe_experts=model.num_experts,
-            moe_router_topk=model.moe_router_topk,
-            moe_ffn_hidden_size=model.moe_ffn_hidden_size or model.ffn_hidden_size,
-            moe_token_dispatcher_type=spec.moe_dispatcher,
-            moe_router_load_balancing_type="aux_loss",
-            moe_aux_loss_coeff=1e-2,
-            moe_grouped_gemm=False,
-            moe_permute_fusion=False,
-            moe_shared_expert_intermediate_size=model.moe_shared_expert_intermediate_size,
-        )
-    return TransformerConfig(
-        num_layers=model.num_layers,
-        hidden_size=model.hidden_size,
-        num_attention_heads=model.num_attention_heads,
-        num_query_groups=model.num_query_groups,
-        ffn_hidden_size=model.ffn_hidden_size,
-        normalization=model.normalization,
-        add_bias_linear=model.add_bias_linear,
+def job_fields(spec: JobSpec, on_cpu: bool, bf16: bool) -> dict:
+    """The TransformerConfig fields the job decides, whatever the model: layout, precision, and the
+    fused kernels off. Used for a preset's config and as overrides of an imported model's provider."""
+    dtype = torch.bfloat16 if bf16 else torch.float32
+    return dict(
         tensor_model_parallel_size=spec.tp,
         pipeline_model_parallel_size=spec.pp,
         virtual_pipeline_model_parallel_size=spec.vpp,
@@ -63,50 +40,86 @@ def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bo
         # Dropout off: every layout must compute exactly what one process computes.
         hidden_dropout=0.0,
         attention_dropout=0.0,
-        params_dtype=torch.bfloat16 if bf16 else torch.float32,
+        params_dtype=dtype,
         bf16=bf16,
-        pipeline_dtype=torch.bfloat16 if bf16 else torch.float32,
+        pipeline_dtype=dtype,
         # CPU: build full weights on the host, then split (no CUDA RNG, no CUDA kernels).
         use_cpu_initialization=on_cpu,
         # Fusions that need apex or TE kernels stay off. On GPU the kit takes the ones Megatron
         # writes in torch and compiles (megatron/core/fusions, jit_fuser = torch.compile):
-        # bias+GeLU (only with linear biases), bias+dropout+add, and the vocab-parallel
-        # cross-entropy. CPU keeps the plain paths (cpu_compat imports Megatron without compile).
+        # bias+dropout+add and the vocab-parallel cross-entropy (bias+GeLU: transformer_config,
+        # it depends on the model). CPU keeps the plain paths (cpu_compat imports Megatron without compile).
         gradient_accumulation_fusion=False,
-        bias_activation_fusion=not on_cpu and model.add_bias_linear and model.activation == "gelu",
+        bias_activation_fusion=False,
         bias_dropout_fusion=not on_cpu,
         cross_entropy_loss_fusion=not on_cpu,
         cross_entropy_fusion_impl="native",
         masked_softmax_fusion=False,
         apply_rope_fusion=False,
         persist_layer_norm=False,
+        moe_grouped_gemm=False,
+        moe_permute_fusion=False,
+    )
+
+
+def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bool) -> TransformerConfig:
+    """A preset's config: its architecture (every feature helpers/job/rules.py lets through) plus the job's fields."""
+    import torch.nn.functional as F
+    from megatron.core.transformer import MLATransformerConfig
+
+    fields = dict(
+        num_layers=model.num_layers,
+        hidden_size=model.hidden_size,
+        num_attention_heads=model.num_attention_heads,
+        num_query_groups=model.num_query_groups,
+        kv_channels=model.kv_channels,
+        ffn_hidden_size=model.ffn_hidden_size,
+        normalization=model.normalization,
+        add_bias_linear=model.add_bias_linear,
+        qk_layernorm=model.qk_layernorm,
         init_method_std=0.02,
-        **moe,
+        **job_fields(spec, on_cpu, bf16),
     )
+    if model.activation == "swiglu":
+        fields.update(gated_linear_unit=True, activation_func=F.silu)
+    elif model.activation == "gelu" and model.add_bias_linear and not on_cpu:  # Megatron's torch-compiled bias+GeLU
+        fields.update(bias_activation_fusion=True)
+    if model.is_moe:
+        fields.update(
+            num_moe_experts=model.num_experts,
+            moe_router_topk=model.moe_router_topk,
+            moe_ffn_hidden_size=model.expert_ffn,
+            moe_token_dispatcher_type=spec.moe_dispatcher,
+            moe_router_load_balancing_type="aux_loss",
+            moe_aux_loss_coeff=1e-2,
+            moe_shared_expert_intermediate_size=model.moe_shared_expert_intermediate_size,
+            # Leading dense layers (DeepSeek's first_k_dense_replace): 0 = dense, 1 = MoE, per layer.
+            moe_layer_freq=[0] * model.first_k_dense + [1] * (model.num_layers - model.first_k_dense),
+        )
+    if not model.multi_latent_attention:
+        return TransformerConfig(**fields)
+    return MLATransformerConfig(
+        **fields, multi_latent_attention=True, q_lora_rank=model.q_lora_rank, kv_lora_rank=model.kv_lora_rank,
+        qk_head_dim=model.qk_head_dim, qk_pos_emb_head_dim=model.qk_pos_emb_head_dim,
+        v_head_dim=model.v_head_dim, rope_type="rope")
 
 
-def core_attention(config: TransformerConfig, attention: str):
-    """The layer spec's core attention: the kit's SDPA one (default), or Megatron's local
-    DotProductAttention, which the spec already holds. Megatron's refuses CP: CP always uses the kit's."""
-    if config.context_parallel_size > 1:
-        return ContextParallelAttention
-    return SDPACoreAttention if attention == "sdpa" else None
-
-
-def block_spec(config: TransformerConfig, model: ModelPreset, vp_stage: int | None,
-               attention: str = "sdpa") -> TransformerBlockSubmodules:
-    """Megatron-Core's local layer spec with the kit's SP-capable norm in place of torch's and the
-    kit's core attention (`attention`, JobSpec.attention)."""
-    layer = get_gpt_layer_local_spec(
-        num_experts=model.num_experts, moe_grouped_gemm=False, normalization=model.normalization
+def gpt_model_options(config: TransformerConfig, model: ModelPreset, seq_len: int) -> dict:
+    """GPTModel's constructor arguments that are not config fields. A Megatron-Bridge provider
+    (which *is* the config of an imported model) carries them as attributes; a preset's config
+    has none, so Megatron's defaults apply."""
+    get = lambda name, default: getattr(config, name, default)  # noqa: E731
+    return dict(
+        vocab_size=model.vocab_size,
+        max_sequence_length=seq_len,
+        position_embedding_type=get("position_embedding_type", "rope"),
+        rotary_percent=get("rotary_percent", 1.0),
+        rotary_base=get("rotary_base", 10000),
+        rope_scaling=get("rope_scaling", False),
+        rope_scaling_factor=get("rope_scaling_factor", 8.0),
+        seq_len_interpolation_factor=get("seq_len_interpolation_factor", None),
+        share_embeddings_and_output_weights=get("share_embeddings_and_output_weights", False),
     )
-    layer.submodules.input_layernorm = SequenceParallelNorm
-    layer.submodules.pre_mlp_layernorm = SequenceParallelNorm
-    chosen = core_attention(config, attention)
-    if chosen is not None:
-        layer.submodules.self_attention.submodules.core_attention = chosen
-    n_layers = get_num_layers_to_build(config, vp_stage=vp_stage)
-    return TransformerBlockSubmodules(layer_specs=[layer] * n_layers, layer_norm=SequenceParallelNorm)
 
 
 def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -> list[torch.nn.Module]:
@@ -119,14 +132,11 @@ def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
         vp = vp_stage if spec.vpp else None
         chunks.append(GPTModel(
             config=config,
-            transformer_layer_spec=block_spec(config, model, vp, spec.attention),
-            vocab_size=model.vocab_size,
-            max_sequence_length=spec.seq_len,
+            transformer_layer_spec=layer_specs.block_spec(config, vp, spec.attention),
             pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
             post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp),
-            position_embedding_type="rope",
-            share_embeddings_and_output_weights=False,
             vp_stage=vp,
+            **gpt_model_options(config, model, spec.seq_len),
         ))
     return chunks
 

@@ -23,13 +23,20 @@ def build_model(spec: JobSpec, device, seed_out: Path | None):
     None when this job only writes the seed checkpoint."""
     from megatron.core.distributed import finalize_model_grads
 
-    from helpers.job import models
     from helpers.runtime import build
     from helpers.runtime.checkpoint import io as checkpoint_io
 
-    model_desc = models.preset(spec.model).with_(**spec.model_overrides)
-    config = build.transformer_config(model_desc, spec, on_cpu=device.type == "cpu", bf16=spec.precision == "bf16")
-    chunks = build.model_chunks(config, model_desc, spec)
+    model_desc = spec.model_preset()
+    on_cpu, bf16 = device.type == "cpu", spec.precision == "bf16"
+    if spec.hf_model:  # the architecture and the weights come from the HF folder, in every layout
+        from helpers.runtime import hf_import, hf_weights
+        bridge = hf_import.open_bridge(spec.hf_model)
+        config = hf_import.provider_config(bridge, spec, on_cpu, bf16)
+        chunks = build.model_chunks(config, model_desc, spec)
+        hf_weights.load(bridge, chunks)
+    else:
+        config = build.transformer_config(model_desc, spec, on_cpu, bf16)
+        chunks = build.model_chunks(config, model_desc, spec)
     if seed_out is not None:  # world-size-1 job whose only task is the seed checkpoint
         checkpoint_io.save_model(chunks, seed_out)
         return None
@@ -81,6 +88,9 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     if spec.groups_only:  # before the model is built: no model, no data
         gather.write_groups(run_dir)
         return
+    if spec.hf_parity_layouts:  # an HF import checked against transformers, layout by layout
+        from helpers.runtime import hf_parity
+        return hf_parity.run(run_dir, spec, device)
     preflight.check(spec, beat)  # multi-node: every node sees the same data/checkpoint files
     beat("building the model")
     built = build_model(spec, device, seed_out)
@@ -151,6 +161,11 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         evals.test()
         card.evaluation(evals.records)
     card.checkpoint(spec, run_dir, model, opt, model_desc, beat)
+    if spec.export_hf:
+        from helpers.runtime import build, hf_import, hf_weights
+        beat("exporting to Hugging Face format")
+        hf_weights.export(hf_import.open_bridge(spec.hf_model), [build.unwrap(m) for m in model],
+                          Path(os.path.expandvars(spec.export_hf)))
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ import pytest
 from helpers.job.spec import JobSpec
 from helpers.launch.cli import parser, spec_from_args
 
-INTERNAL = {"groups_only"}  # set by helpers.launch.probe, not by users
+INTERNAL = {"groups_only", "hf_parity_layouts"}  # set by helpers.launch.probe and hf_check, not by users
 
 
 def test_help_lists_every_user_field_with_its_doc():
@@ -47,4 +47,4 @@ def test_a_wrong_choice_is_refused_by_name():
 @pytest.mark.parametrize("module", ["helpers", "helpers.launch"])
 def test_both_entry_points_answer(module):
     out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and "--save-interval" in out.stdout and "--hf" not in out.stdout
+    assert out.returncode == 0 and "--save-interval" in out.stdout and "--hf-model" in out.stdout

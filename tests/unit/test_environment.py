@@ -19,6 +19,15 @@ def test_conda_environment_lists_the_same_pins_as_pyproject():
     assert project["requires-python"] == ">=3.12,<3.13"
 
 
+def test_packages_installed_without_dependencies_agree():
+    """Megatron-Bridge and transformers go in with --no-deps (the Makefile reads this list; the
+    conda note in environment.yml repeats it)."""
+    listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["megatron-kit"]["install-without-deps"]
+    assert listed == ["megatron-bridge==0.6.2", "transformers==5.12.1"]
+    assert f"pip install --no-deps {' '.join(listed)}" in (ROOT / "environment.yml").read_text()
+    assert "install-without-deps" in (ROOT / "Makefile").read_text()
+
+
 def test_pins_are_the_versions_both_tiers_run():
     deps = _names(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
     assert deps["torch"] == "torch==2.11.0"

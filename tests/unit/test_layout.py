@@ -49,8 +49,7 @@ INVALID = [
     ("deepseek-v2-lite", dict(pp=2, **TE), "layers_divisible_by_pp"),
     ("deepseek-v2-lite", dict(pp=2, first_stage_layers=13, last_stage_layers=13, **TE), "uneven_split_invalid"),
     ("deepseek-v2-lite", dict(pp=4, first_stage_layers=7, last_stage_layers=7), "uneven_split_invalid"),
-    ("deepseek-v2-lite", dict(tp=2, sp=True, cp=2, seq_len=4096), "cp_with_mla_needs_te"),
-    ("deepseek-v2-lite", dict(), "mla_local_spec_broken"),
+    ("deepseek-v2-lite", dict(tp=32, sp=True), "heads_divisible_by_tp"),  # the local backend builds MLA
     ("deepseek-v2-lite", dict(tp=32, sp=True, **TE), "heads_divisible_by_tp"),
     ("deepseek-v2-lite", dict(ep=5, nproc=5, **TE), "experts_divisible_by_ep"),
     ("deepseek-v2-lite", dict(tp=3, sp=True, **TE), "shared_expert_ffn_divisible_by_tp"),
@@ -61,7 +60,7 @@ INVALID = [
     ("qwen3-30b-a3b", dict(seq_len=65536, **TE), "seq_len_too_long"),
     ("qwen3-30b-a3b", dict(etp=5, nproc=5, **TE), "expert_ffn_divisible_by_etp"),
     ("qwen3-30b-a3b", dict(pp=5, **TE), "layers_divisible_by_pp"),
-    ("qwen3-30b-a3b", dict(), "kit_worker_lacks_feature"),
+    ("qwen3-30b-a3b", dict(tp=6, sp=True), "query_groups_divisible_by_tp"),
     # nemotron-3-nano-30b-a3b: 52-layer Mamba/attention/MoE hybrid, 2 KV heads, 64 Mamba heads, 8 groups
     ("nemotron-3-nano-30b-a3b", dict(tp=16, sp=True, **TE), "mamba_groups_divisible_by_tp"),
     ("nemotron-3-nano-30b-a3b", dict(tp=3, sp=True, **TE), "mamba_heads_divisible_by_tp"),
@@ -74,7 +73,7 @@ INVALID = [
     ("llama3-8b", dict(pp=3, **TE), "layers_divisible_by_pp"),
     ("llama3-8b", dict(tp=8, pp=2, nproc=8, gpus_per_node=8, **TE), "world_divisible_dense"),
     ("llama3-8b", dict(tp=2, **TE, seq_len=16384), "seq_len_too_long"),
-    ("llama3-8b", dict(tp=8), "kit_worker_lacks_feature"),
+    ("llama3-8b", dict(tp=5), "heads_divisible_by_tp"),  # the local backend builds Llama: only layout rules
 ]
 
 
@@ -92,6 +91,15 @@ def test_at_least_forty_invalid_layouts_across_the_presets():
     assert len(INVALID) >= 40
     assert {m for m, _, _ in INVALID} >= {"tiny-gpt", "tiny-moe", "control-moe", "deepseek-v2-lite",
                                           "qwen3-30b-a3b", "nemotron-3-nano-30b-a3b", "llama3-8b"}
+
+
+def test_mla_down_projections_must_split_over_tp():
+    """The local spec's MLA down projections are column-parallel: kv_lora_rank + rope dim (and
+    q_lora_rank) must divide by TP. DeepSeek-V2-Lite's 512 + 64 always does; a 62-wide RoPE part does not."""
+    odd = P("deepseek-v2-lite").with_(qk_pos_emb_head_dim=62, q_lora_rank=1534)
+    names = [v.name for v in Layout(tp=4, sp=True).validate(odd)]
+    assert names == ["mla_kv_down_divisible_by_tp", "mla_q_lora_divisible_by_tp"]
+    assert Layout(tp=2, sp=True).validate(odd) == []
 
 
 def test_not_enough_devices():
@@ -133,7 +141,8 @@ def test_valid_layout_is_accepted(model, sizes):
 
 
 @pytest.mark.parametrize("request_, name", [
-    (dict(model="deepseek-v2-lite", pp=2), "mla_local_spec_broken"),
+    (dict(model="deepseek-v2-lite", pp=2), "layers_divisible_by_pp"),
+    (dict(model="tiny-gpt", model_overrides={"activation": "squared_relu"}), "kit_worker_lacks_feature"),
     (dict(model="control-moe-cpu", tp=2, nproc=2), "moe_tp_requires_sp"),
     (dict(cp=2, seq_len=66), "seq_divisible_by_2cp"),
     (dict(model="nemotron-3-nano-30b-a3b", model_overrides={"num_layers": 4, "hybrid_pattern": "M*ME"}),

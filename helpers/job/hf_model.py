@@ -1,0 +1,94 @@
+"""A Hugging Face model folder, as the notebook side sees it: its config.json read as plain JSON
+(no torch, no transformers), checked, and described as a ModelPreset so the layout rules, the
+memory planner and the run records treat an imported model like a preset. The worker imports the
+weights through Megatron-Bridge (helpers/runtime/hf_import.py, hf_weights.py).
+
+Architectures: the ones the kit builds and tests on its local backend (tests/jobs/test_hf_import.py).
+Megatron-Bridge 0.6.2 registers more (Mistral, Gemma, GPT-OSS, Nemotron-H, ...); they are refused
+here until the kit's builder is checked against them, rather than trained as a subtly different model."""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+from helpers.errors import InvalidJob
+from helpers.job.models import ModelPreset
+
+ARCHITECTURES = {  # HF architecture -> what it exercises in the kit's builder
+    "LlamaForCausalLM": "GQA, SwiGLU, rotary base",
+    "Qwen3ForCausalLM": "qk-norm, head_dim, tied embeddings",
+    "Qwen3MoeForCausalLM": "routed experts, qk-norm",
+    "DeepseekV2ForCausalLM": "multi-latent attention, shared experts, leading dense layers",
+}
+CONFIG = "config.json"
+WEIGHT_SUFFIXES = (".safetensors",)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+
+
+def read_config(folder: str | Path) -> dict:
+    """config.json of a local HF folder; InvalidJob naming the problem and the fix otherwise."""
+    folder = Path(folder).expanduser()
+    if not folder.is_dir():
+        raise InvalidJob(f"hf_model={str(folder)!r} is not a folder: give the local folder of a Hugging Face "
+                         "model (config.json + *.safetensors), e.g. one saved with save_pretrained() or "
+                         "made by helpers.launch.tiny_hf.make(); the kit never downloads")
+    path = folder / CONFIG
+    if not path.is_file():
+        raise InvalidJob(f"hf_model folder {str(folder)!r} has no {CONFIG}: it is not a Hugging Face model "
+                         "folder (save one with model.save_pretrained(folder))")
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise InvalidJob(f"{path} cannot be read as JSON ({e}); re-save the model with save_pretrained()") from None
+    architectures = config.get("architectures") or []
+    known = [a for a in architectures if a in ARCHITECTURES]
+    if not known:
+        raise InvalidJob(f"{path}: architecture {architectures or '(none listed)'} is not one the kit imports; "
+                         f"supported: {', '.join(ARCHITECTURES)} (Megatron-Bridge maps them onto the kit's "
+                         "local-backend builder); convert another model with Megatron-Bridge directly")
+    if not any(f.suffix in WEIGHT_SUFFIXES for f in folder.iterdir()):
+        raise InvalidJob(f"hf_model folder {str(folder)!r} has no *.safetensors weights; save the model with "
+                         "save_pretrained() (safetensors is its default)")
+    return config
+
+
+def has_tokenizer(folder: str | Path) -> bool:
+    return any((Path(folder) / f).is_file() for f in TOKENIZER_FILES)
+
+
+def config_hash(folder: str | Path) -> str:
+    """SHA-256 of config.json: what the run records say was imported."""
+    return hashlib.sha256((Path(folder) / CONFIG).read_bytes()).hexdigest()
+
+
+def describe(folder: str | Path) -> ModelPreset:
+    """The imported model's architecture in the kit's terms (what the layout rules check)."""
+    c = read_config(folder)
+    heads = c["num_attention_heads"]
+    head_dim = c.get("head_dim")
+    mla = c.get("model_type") == "deepseek_v2"
+    experts = c.get("num_experts") or c.get("num_local_experts") or c.get("n_routed_experts")
+    moe_ffn = c.get("moe_intermediate_size")
+    shared = (c.get("n_shared_experts") or 0) * (moe_ffn or 0)
+    return ModelPreset(
+        name=Path(folder).expanduser().resolve().name,
+        num_layers=c["num_hidden_layers"], hidden_size=c["hidden_size"], num_attention_heads=heads,
+        ffn_hidden_size=c["intermediate_size"], vocab_size=c["vocab_size"],
+        num_query_groups=c.get("num_key_value_heads") or heads,
+        kv_channels=None if mla or not head_dim or head_dim == c["hidden_size"] // heads else head_dim,
+        num_experts=experts or None, moe_router_topk=c.get("num_experts_per_tok") or 2,
+        moe_ffn_hidden_size=moe_ffn if experts else None,
+        moe_shared_expert_intermediate_size=shared or None, num_shared_experts=c.get("n_shared_experts") or 0,
+        first_k_dense=(c.get("first_k_dense_replace") or 0) if experts else 0,
+        normalization="RMSNorm", activation="swiglu" if c.get("hidden_act") == "silu" else c.get("hidden_act"),
+        qk_layernorm=c.get("model_type") in ("qwen3", "qwen3_moe"),
+        max_seq_len=c.get("max_position_embeddings", 4096),
+        tied_embeddings=bool(c.get("tie_word_embeddings", False)),
+        multi_latent_attention=mla, q_lora_rank=c.get("q_lora_rank") if mla else None,
+        kv_lora_rank=c.get("kv_lora_rank") if mla else None,
+        qk_head_dim=c.get("qk_nope_head_dim") if mla else None,
+        qk_pos_emb_head_dim=c.get("qk_rope_head_dim") if mla else None,
+        v_head_dim=c.get("v_head_dim") if mla else None,
+        source=f"Hugging Face folder {Path(folder).name} ({', '.join(c['architectures'])})",
+    )

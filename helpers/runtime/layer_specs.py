@@ -1,0 +1,78 @@
+"""The layer specs the kit builds every GPT with: Megatron-Core's local spec (no Transformer Engine),
+chosen per layer from the config, with the kit's modules where the local backend lacks one.
+
+Per layer: a dense MLP or experts (`moe_layer_freq`: DeepSeek's leading dense layers), qk-norm,
+multi-latent attention. Replaced by the kit:
+  * every norm (input, pre-MLP, final, q/k) -> SequenceParallelNorm: the local WrappedTorchNorm
+    refuses sequence parallel;
+  * MLA's latent norms -> mla.LayerNormColumnParallelLinearForMLA (norm fused into the up
+    projection; the local backend has no fused norm-linear), MLA itself -> mla.MLASelfAttentionTP
+    (the K-RoPE gradient fix);
+  * core attention -> the kit's SDPACoreAttention (JobSpec.attention; always for MLA, whose k/v head
+    sizes the local one refuses), under CP -> ContextParallelAttention (the local one refuses CP).
+Megatron-Core's `get_gpt_decoder_block_spec(use_transformer_engine=False)` does the per-layer choice
+too, but with torch norms (no SP) and the stock MLA classes that fail on the local backend."""
+from __future__ import annotations
+
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.transformer.spec_utils import ModuleSpec
+from megatron.core.transformer.transformer_block import (
+    TransformerBlockSubmodules,
+    get_num_layers_to_build,
+)
+from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+
+from helpers.runtime import mla
+from helpers.runtime.attention.core import SDPACoreAttention
+from helpers.runtime.modules import ContextParallelAttention, SequenceParallelNorm
+
+
+def is_moe_layer(config, layer: int) -> bool:
+    """Layer `layer` (0-based, global) has experts: Megatron's `moe_layer_freq` (an int N = every
+    N-th layer; a list = one 0/1 per layer)."""
+    if not config.num_moe_experts:
+        return False
+    freq = config.moe_layer_freq
+    return bool(freq[layer]) if isinstance(freq, list) else layer % freq == 0
+
+
+def core_attention(config, attention: str):
+    """The layer spec's core attention: the kit's SDPA one (JobSpec.attention="sdpa", the default),
+    or Megatron's local DotProductAttention, which the spec already holds (None). Megatron's refuses
+    CP: CP always uses the kit's. MLA needs its k/v head sizes, which only the kit's take (#1589)."""
+    if config.context_parallel_size > 1:
+        return ContextParallelAttention
+    if attention == "sdpa" or getattr(config, "multi_latent_attention", False):
+        return SDPACoreAttention
+    return None
+
+
+def layer_spec(config, moe: bool, attention: str) -> ModuleSpec:
+    use_mla = bool(getattr(config, "multi_latent_attention", False))
+    spec = get_gpt_layer_local_spec(
+        num_experts=config.num_moe_experts if moe else None, moe_grouped_gemm=False,
+        qk_layernorm=config.qk_layernorm and not use_mla, multi_latent_attention=use_mla,
+        normalization=config.normalization)
+    sub = spec.submodules
+    sub.input_layernorm = SequenceParallelNorm
+    sub.pre_mlp_layernorm = SequenceParallelNorm
+    submodules = sub.self_attention.submodules
+    chosen = core_attention(config, attention)
+    if chosen is not None:
+        submodules.core_attention = chosen
+    if use_mla:
+        mla.use_in(sub.self_attention, config)
+    elif config.qk_layernorm:
+        submodules.q_layernorm = SequenceParallelNorm
+        submodules.k_layernorm = SequenceParallelNorm
+    return spec
+
+
+def block_spec(config, vp_stage: int | None, attention: str = "sdpa") -> TransformerBlockSubmodules:
+    """The layers this pipeline stage (and virtual stage) builds, each with its own spec
+    (`attention`: JobSpec.attention)."""
+    offset = get_transformer_layer_offset(config, vp_stage=vp_stage)
+    count = get_num_layers_to_build(config, vp_stage=vp_stage)
+    specs = [layer_spec(config, is_moe_layer(config, i), attention) for i in range(offset, offset + count)]
+    return TransformerBlockSubmodules(layer_specs=specs, layer_norm=SequenceParallelNorm)
+
