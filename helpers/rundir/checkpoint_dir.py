@@ -218,6 +218,23 @@ def describe(path) -> list[dict]:
     return rows
 
 
+def tensor_bytes(path) -> dict[str, int]:
+    """Bytes of tensor data a checkpoint's index (`.metadata`, torch.distributed.checkpoint) lists,
+    by top-level key (`embedding`, `decoder`, `optimizer`, ...): the global tensors, each counted
+    once however many ranks hold a replica. The shard files are larger by their serialisation
+    headers and the non-tensor objects (RNG states, extra state)."""
+    import torch
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    out: dict[str, int] = {}
+    for key, meta in FileSystemReader(str(resolve(path))).read_metadata().state_dict_metadata.items():
+        if isinstance(meta, TensorStorageMetadata):
+            size = meta.size.numel() * torch.empty(0, dtype=meta.properties.dtype).element_size()
+            out[key.split(".")[0]] = out.get(key.split(".")[0], 0) + size
+    return out
+
+
 def list_checkpoints(root) -> list[dict]:
     """Every iter_* folder under a checkpoint root: iteration, complete or why not, and which is latest."""
     root = Path(root)

@@ -53,3 +53,49 @@ def check_vpp_isends(answer: int | None, p: int, v: int, m: int) -> bool:
     hint = ("Forward: every chunk sends its output to the next virtual stage, except the very last one "
             "(which rank 0 holds only when p = 1); backward: every chunk except the very first sends back.")
     return _judge(answer, truth, hint)
+
+
+def check_pp_bubble(answer: float | None, p: int, m: int, ideal: float) -> bool:
+    """05: the idle fraction of the ideal 1F1B schedule with p stages and m microbatches, `ideal`
+    counted from the drawn schedule (forward and backward one slot each)."""
+    hint = ("Stage p-1 starts p-1 slots late and stage 0 waits as long at the end; divide that idle time "
+            "by the whole window of one stage (its m forward and m backward slots plus the idle ones).")
+    return _judge(answer, ideal, hint, rel=1e-3)
+
+
+def check_cp_kv_gather_bytes(answer: int | None, measured: int) -> bool:
+    """06: bytes of one K (or V) all-gather on a TP2 x CP2 rank: the gathered buffer, as measured."""
+    hint = ("The gathered K covers the whole sequence: seq_len x micro_batch x (query groups / TP) x head "
+            "dim elements, 4 bytes each in fp32. TP splits the heads; CP gathers the sequence back.")
+    return _judge(answer, measured, hint)
+
+
+def check_fewer_bytes_dispatcher(answer: str | None, bytes_by_dispatcher: dict[str, int]) -> bool:
+    """07: which dispatcher ("alltoall" or "allgather") moved fewer bytes, as measured."""
+    truth = min(bytes_by_dispatcher, key=bytes_by_dispatcher.get)
+    hint = ("all-to-all sends one copy of a token per chosen expert that lives elsewhere; all-gather sends "
+            "every token of the EP group to every rank once. Compare k with EP.")
+    return _judge(answer.strip().lower() if isinstance(answer, str) else answer, truth, hint)
+
+
+def check_ep_group(answer: list[int] | None, truth: list[int]) -> bool:
+    """08: the ranks of rank 0's EP group for a given layout (Megatron's RankGenerator)."""
+    hint = ("The expert grid uses the same order string, tp-cp-ep-dp-pp with ETP in TP's place: with ETP=1 "
+            "the EP coordinate varies fastest, so EP=4 takes 4 neighbouring ranks. Which dense group are they?")
+    return _judge(sorted(answer) if answer is not None else None, sorted(truth), hint)
+
+
+def check_checkpoint_bytes(answer: float | None, measured: int, params: int) -> bool:
+    """10: bytes of tensor data in a runtime checkpoint (its index, `checkpoint_dir.tensor_bytes`),
+    from the parameter count: exact."""
+    hint = (f"{params:,} parameters, fp32 on CPU. A runtime checkpoint holds the weights and Adam's two "
+            "moments, each 4 bytes per parameter (fp32 weights are their own main copy); replicas are "
+            "saved once, so TP does not change the total.")
+    return _judge(answer, measured, hint)
+
+
+def check_fits(answer: tuple[bool, bool] | None, truth: tuple[bool, bool], device_gib: float) -> bool:
+    """01: (fits without the distributed optimizer, fits with it) for a model on one GPU size."""
+    hint = (f"Per parameter: bf16 weights 2 B, fp32 gradients 4 B, fp32 main copy 4 B, Adam 8 B. The "
+            f"distributed optimizer divides only the last 12 B by DP. Add activations; compare with {device_gib:g} GiB.")
+    return _judge(tuple(bool(x) for x in answer) if answer is not None else None, tuple(truth), hint)

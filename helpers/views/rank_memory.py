@@ -29,6 +29,14 @@ def table(runs: dict[str, RunDir], parts: list[str] | None = None) -> Table:
     return Table(rows)
 
 
+def _allocated(run: RunDir, info: dict, part: str) -> int:
+    """Bytes a part really adds. fp32 training: the optimizer's "main parameters" are the parameters
+    themselves (views into Megatron's parameter buffer), counted by the job but never allocated."""
+    if part == "main_param_bytes" and run.spec.precision == "fp32":
+        return 0
+    return info.get(part, 0)
+
+
 def bars(runs: dict[str, RunDir], parts: list[str] | None = None, title: str = "memory per rank, measured",
          unit: float = 2**20, ax=None):
     """Stacked bars, one per (job, rank), in MiB."""
@@ -37,7 +45,7 @@ def bars(runs: dict[str, RunDir], parts: list[str] | None = None, title: str = "
     for label, run in runs.items():
         for rank, info in sorted(run.ranks.items()):
             labels.append(textwrap.fill(label, 11) + f"\nrank {rank}")  # long job names wrap, not overlap
-            stacks.append([info.get(p, 0) / unit for p in parts])
+            stacks.append([_allocated(run, info, p) / unit for p in parts])
     if ax is None:
         _, ax = plt.subplots(figsize=(max(6, 0.7 * len(labels) + 2), 3.8))
     bottom = [0.0] * len(labels)

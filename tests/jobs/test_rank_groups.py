@@ -5,8 +5,8 @@ Only the groups are needed, so every layout goes through helpers.launch.probe: t
 stopped right after `initialize_model_parallel` (no model, no data, no training; JobSpec.groups_only).
 Cost on a 2-core CPU is the process start, so layouts use as few processes as show the axis. The
 16-process layout (dense TP2 PP2 CP2 DP2, experts ETP1 EP4 EDP2) is checked rank by rank in
-notebooks/07_five_d_layout.ipynb, which trains it; every layout here also trains somewhere in the
-suite (tests/jobs, notebooks 02-07). 12 layouts."""
+notebooks/08_process_groups_5d.ipynb, which trains it; every layout here also trains somewhere in the
+suite (tests/jobs, notebooks 02-08). 12 layouts."""
 import pytest
 
 from helpers.job.layout import Layout

@@ -1,6 +1,6 @@
 """The smoke-test contract on real data, as report.json: continued pretraining on WikiText passes
 all eight checks in two layouts (the 16-process 5D layout on the scaled control MoE model passes
-them in notebooks/07_five_d_layout.ipynb), SFT in two; layouts agree with each other on real data; a rerun from the manifest reproduces the
+them in notebooks/08_process_groups_5d.ipynb), SFT in two; layouts agree with each other on real data; a rerun from the manifest reproduces the
 losses exactly; the validation loss falls; and a NaN makes the card fail, naming the iteration."""
 import json
 import math

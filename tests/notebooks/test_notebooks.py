@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -18,10 +19,15 @@ EXECUTED = ROOT / "tests" / ".executed"
 CELL_TIMEOUT_S = 900  # no cell of a CPU-sized lesson takes minutes; a hang fails instead of blocking CI
 # The exercises' right answers, passed as parameters (no notebook holds them; helpers/views/exercises.py).
 ANSWERS = {
+    "01_memory": {"llama_dp8_fits": [False, True]},
     "02_data_parallel": {"dp_wire_formula": "(n - 1) / n * (grad + grad // 4 * elem)"},
     "03_tensor_parallel": {"tp_all_reduces": 3 * (4 * 4 + 2)},
     "04_sequence_parallel": {"sp_all_gathers": 6 * 4 + 1 + 2},
     "05_pipeline_parallel": {"vpp_isends": 4 * 2 + 4 * (2 - 1)},
+    "06_context_parallel": {"kv_gather_bytes": 64 * 2 * (4 // 2) * 16 * 4},  # seq x mb x groups/TP x dim x fp32
+    "07_expert_parallel": {"fewer_bytes_dispatcher": "alltoall"},
+    "08_process_groups_5d": {"ep_group_tp4": [0, 1, 2, 3]},
+    "10_checkpoints": {"checkpoint_bytes": 12 * 263_296},  # weights + Adam's two moments, fp32
 }
 
 
@@ -31,7 +37,7 @@ def test_notebook_runs_and_asserts(notebook):
     out = subprocess.run(
         [sys.executable, "-m", "papermill", str(notebook), str(EXECUTED / notebook.name), "--cwd",
          str(notebook.parent), "-k", "python3", "-p", "device", "cpu", "--execution-timeout", str(CELL_TIMEOUT_S),
-         "--no-progress-bar", *[a for k, v in ANSWERS.get(notebook.stem, {}).items() for a in ("-p", k, str(v))]],
+         "--no-progress-bar", *(["-y", yaml.safe_dump(ANSWERS[notebook.stem])] if notebook.stem in ANSWERS else [])],
         capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.returncode == 0, f"{notebook.name} failed (executed copy: {EXECUTED / notebook.name}):\n" \
                                 f"{out.stderr[-4000:]}"

@@ -11,6 +11,13 @@ CASES = [  # (check, right answer, a wrong answer, the other arguments)
     (exercises.check_tp_all_reduces, 54, 18, dict(per_microbatch=18, microbatches=3)),
     (exercises.check_sp_all_gathers, 27, 26, dict(measured_per_microbatch=27)),
     (exercises.check_vpp_isends, 12, 16, dict(p=4, v=2, m=4)),
+    (exercises.check_pp_bubble, 0.2, 3 / 12, dict(p=4, m=12, ideal=0.2)),
+    (exercises.check_cp_kv_gather_bytes, 2048, 4096, dict(measured=2048)),
+    (exercises.check_fewer_bytes_dispatcher, "alltoall", "allgather",
+     dict(bytes_by_dispatcher={"alltoall": 10, "allgather": 30})),
+    (exercises.check_ep_group, [3, 2, 1, 0], [0, 4, 8, 12], dict(truth=[0, 1, 2, 3])),
+    (exercises.check_checkpoint_bytes, 12 * 1000, 4 * 1000, dict(measured=12_000, params=1000)),
+    (exercises.check_fits, (False, True), (True, True), dict(truth=(False, True), device_gib=80)),
 ]
 
 
