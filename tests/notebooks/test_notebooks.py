@@ -23,7 +23,7 @@ ANSWERS = {
     "02_data_parallel": {"dp_wire_formula": "(n - 1) / n * (grad + grad // 4 * elem)"},
     "03_tensor_parallel": {"tp_all_reduces": 3 * (4 * 4 + 2)},
     "04_sequence_parallel": {"sp_all_gathers": 6 * 4 + 1 + 2},
-    "05_pipeline_parallel": {"vpp_isends": 4 * 3 + 4 * (3 - 1)},
+    "05_pipeline_parallel": {"vpp_isends": 4 * 3 + 4 * (3 - 1), "pp_bubble": 3 / 15},  # (p-1)/(m+p-1)
     "06_context_parallel": {"kv_gather_bytes": 64 * 2 * (4 // 2) * 16 * 4},  # seq x mb x groups/TP x dim x fp32
     "07_expert_parallel": {"fewer_bytes_dispatcher": "alltoall"},
     "08_process_groups_5d": {"ep_group_tp4": [0, 1, 2, 3]},
