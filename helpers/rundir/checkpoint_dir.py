@@ -235,6 +235,15 @@ def tensor_bytes(path) -> dict[str, int]:
     return out
 
 
+def pieces(path, key: str) -> list[tuple[tuple[int, ...], str]]:
+    """(global offset, shard file) of every stored piece of one global tensor, from the checkpoint's
+    index: where each rank's shard of it landed."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    meta = FileSystemReader(str(resolve(path))).read_metadata()
+    return sorted((tuple(i.offset), s.relative_path) for i, s in meta.storage_data.items() if i.fqn == key)
+
+
 def list_checkpoints(root) -> list[dict]:
     """Every iter_* folder under a checkpoint root: iteration, complete or why not, and which is latest."""
     root = Path(root)
