@@ -1,7 +1,8 @@
 """The lessons' text stays true to the code: every notebook has one number and opens with what it
 assumes; the quickstart's map lists exactly the notebooks that exist; every backticked name in the
 markdown (a JobSpec field, a rule, a kit function, a Megatron option) exists in the kit or in
-Megatron-Core, and every backticked repository path exists."""
+Megatron-Core (or, for the import lesson,
+Megatron-Bridge and transformers), and every backticked repository path exists."""
 import importlib.util
 import json
 import re
@@ -49,6 +50,9 @@ def test_the_quickstart_map_lists_every_notebook():
 
 def test_backticked_names_and_paths_exist():
     known = words_of(ROOT / "helpers") | words_of(Path(importlib.util.find_spec("megatron.core").origin).parent)
+    for package in ("megatron.bridge", "transformers"):  # Hugging Face names (k_proj, ...) in the import lesson
+        if importlib.util.find_spec(package.split(".")[0]) and importlib.util.find_spec(package):
+            known |= words_of(Path(importlib.util.find_spec(package).origin).parent)
     missing = []
     for p in NOTEBOOKS:
         own = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", "\n".join(cells(p, "code"))))  # e.g. its parameters
