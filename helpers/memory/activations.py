@@ -25,25 +25,33 @@ def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) ->
     else:
         d = model.kv_channels or h // a
         q_w = a * d // tp
+        kv_w = model.kv_heads * d // tp
         proj_in = q_w
-        if model.kv_heads < a:  # GQA: rope'd q, and k/v repeated to every head (repeat_interleave)
+        sdpa = getattr(lay, "backend", "local") == "local" and tr.attention == "sdpa"
+        if model.kv_heads < a and not sdpa:  # GQA: rope'd q, and k/v repeated to every head (repeat_interleave)
             qkv_saved = 3 * T * q_w * B
-        else:  # MHA: rope'd q and k are new tensors; v stays a view that keeps the fused qkv output
-            qkv_saved = (2 * q_w + 3 * q_w) * T * B
+        else:  # rope'd q and k are new tensors; v stays a view that keeps the fused qkv output
+            # (SDPA takes GQA's K/V as they are: enable_gqa, no repeated copy)
+            qkv_saved = (q_w + kv_w + q_w + 2 * kv_w) * T * B
     ln = Th * h * B + Th * stats  # norm input (+ mean/rstd in fp32)
     qkv_in = Th * h * B  # the column-parallel linear saves its un-gathered input
     heads = a // tp
     if getattr(lay, "backend", "local") == "te":  # flash/cuDNN attention: no s x s matrix, softmax stats only
         core = T * heads * 4
         transient = 0.0
-    elif lay.cp > 1:  # the kit's ContextParallelAttention (helpers/runtime/modules.py): K/V all-gathered
+    elif lay.cp > 1:  # the kit's ContextParallelAttention (helpers/runtime/modules.py): K/V all-gathered,
+        # then SDPA with an explicit mask. Not yet checked against a measured GPU peak (needs 2 GPUs).
         s_full = lay.seq_len
-        kv_full = b * s_full * q_w  # gathered K/V, repeated to every head
-        # fp32 copies of q and the gathered k (saved by the matmul), the gathered v, fp32 softmax
-        # output and its bf16 copy over (local queries x all keys)
-        core = T * q_w * 4 + kv_full * 4 + kv_full * B + b * heads * s * s_full * (4 + B)
-        qkv_saved = 0  # the matmuls save the fp32/gathered copies counted in `core`
-        transient = b * heads * s * s_full * (B + 4 + 4)
+        kv_full = b * s_full * kv_w  # one gathered K or V (not repeated: enable_gqa)
+        # the gathered K and V, the attention output and its log-sum-exp, the mask (bool) and the
+        # additive bias the fused kernels make of it
+        core = 2 * kv_full * B + T * q_w * B + T * heads * 4 + s * s_full * (1 + B)
+        transient = T * q_w * B + 2 * kv_full * B  # dq and the gathered dk, dv
+    elif sdpa:  # the kit's SDPACoreAttention (flash/cuDNN kernels): no s x s matrix
+        # saved beyond q, k, v: the attention output (before the head merge copies it for the
+        # projection) and the fp32 log-sum-exp of every query row
+        core = T * q_w * B + T * heads * 4
+        transient = T * (q_w + 2 * kv_w) * B  # dq, dk, dv
     else:  # local DotProductAttention: fp32 softmax output (+ its bf16 copy used by bmm unless fp32)
         core = b * heads * s * s * (4 + (B if tr.precision != "fp32" else 0))
         # backward of softmax: grad of probs (B), its fp32 copy, softmax-backward output (fp32)

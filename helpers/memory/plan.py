@@ -155,9 +155,14 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
             # in-place cross entropy (its exp), target mask/indices
             logits = Th * h * B + Th * stats + T * h * B + T * V * B + T * 17
             # backward: gradient of the logits (same size) and the output layer's weight gradient
-            transient = max(transient, T * V * B + V * h * B)
+            logits_transient = T * V * B + V * h * B
+            if tr.fused_cross_entropy:  # Megatron's compiled cross-entropy keeps fp32 exp-logits
+                logits += T * V * (4 - B)
+                # backward: the fp32 gradient, its bf16 copy, the output layer's weight gradient
+                logits_transient = T * V * (4 + B) + V * h * B
+            transient = max(transient, logits_transient)
         workspace = CUBLAS_WORKSPACE
-        if getattr(lay, "backend", "local") == "local" and lay.cp == 1 and any(
+        if getattr(lay, "backend", "local") == "local" and tr.attention == "megatron_local" and lay.cp == 1 and any(
                 layer_kind(model, i) in ("dense", "moe", "*")
                                           for c in layers[stage] for i in c):
             s = lay.seq_len // lay.cp

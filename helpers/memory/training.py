@@ -17,6 +17,12 @@ class Training:
     # its output tensor until the backward of that microbatch. Megatron-LM's training script sets True.
     deallocate_pipeline_outputs: bool = False
     allocator_overhead: float = 0.10  # reserved / allocated - 1 (see module docstring)
+    # Core attention on the local backend (JobSpec.attention): "sdpa" = the kit's fused torch SDPA
+    # (no s x s matrix), "megatron_local" = Megatron's DotProductAttention (materialises it)
+    attention: str = "sdpa"
+    # Megatron's fused (torch-compiled) vocab-parallel cross-entropy: the kit's worker turns it on
+    # on GPU (helpers/runtime/build.py); it keeps fp32 exp-logits instead of in-place bf16 ones
+    fused_cross_entropy: bool = True
 
     @property
     def param_bytes(self) -> int:
@@ -30,4 +36,5 @@ class Training:
     def of(cls, spec) -> "Training":
         """The Training a JobSpec runs with (precision resolved: auto means bf16 on GPU, fp32 on CPU)."""
         precision = spec.precision if spec.precision != "auto" else ("fp32" if spec.device == "cpu" else "bf16")
-        return cls(precision=precision, dist_opt=spec.dist_opt)
+        return cls(precision=precision, dist_opt=spec.dist_opt, attention=spec.attention,
+                   fused_cross_entropy=spec.device != "cpu")

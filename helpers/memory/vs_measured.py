@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 from helpers.job.layout import Layout
 from helpers.job.spec import JobSpec
@@ -35,10 +36,12 @@ def static_mismatches(spec: JobSpec, ranks: dict) -> list[str]:
     return out
 
 
-def peak_rows(spec: JobSpec, peaks: dict) -> list[dict]:
-    """One row per rank: planned peak allocated bytes vs torch's measured peak."""
+def peak_rows(spec: JobSpec, peaks: dict, training: dict | None = None) -> list[dict]:
+    """One row per rank: planned peak allocated bytes vs torch's measured peak. `training`
+    overrides what Training.of(spec) assumes (a results file records it for runs made before a
+    setting existed, e.g. Megatron's local attention and unfused cross-entropy before issue 19)."""
     lay, model = layout_and_model(spec)
-    plan = plan_memory(model, lay, Training.of(spec))
+    plan = plan_memory(model, lay, replace(Training.of(spec), **(training or {})))
     rows = []
     for rank, pk in sorted(peaks.items(), key=lambda x: int(x[0])):
         st = rank_coordinates(lay, int(rank))["stage"]
@@ -51,19 +54,20 @@ def peak_rows(spec: JobSpec, peaks: dict) -> list[dict]:
 
 
 def table(results: dict) -> str:
-    lines = ["| layout | model | seq x mb (M) | precision | rank (stage) | planned GiB | peak allocated GiB "
-             "| error | peak reserved GiB | static exact |", "|---" * 10 + "|"]
+    lines = ["| layout | model | seq x mb (M) | precision | attention | rank (stage) | planned GiB | peak allocated GiB "
+             "| error | peak reserved GiB | static exact |", "|---" * 11 + "|"]
     for name, r in results.items():
         if "error" in r:
-            lines.append(f"| {name} | failed | | | | | | | | |")
+            lines.append(f"| {name} | failed | | | | | | | | | |")
             continue
         spec = JobSpec.from_dict(r["spec"])
         lay, model = layout_and_model(spec)
         exact = "yes" if not static_mismatches(spec, r["ranks"]) else "NO"
         m = spec.global_batch_size // (spec.micro_batch * spec.dp)
-        for row in peak_rows(spec, r["peaks"]):
+        for row in peak_rows(spec, r["peaks"], r.get("training")):
             lines.append(f"| {name} | L{model.num_layers} h{model.hidden_size}{' MoE' if model.is_moe else ''} | "
-                         f"{spec.seq_len} x {spec.micro_batch} ({m}) | {spec.precision} | {row['rank']} ({row['stage']}) | "
+                         f"{spec.seq_len} x {spec.micro_batch} ({m}) | {spec.precision} | "
+                         f"{(r.get('training') or {}).get('attention', spec.attention)} | {row['rank']} ({row['stage']}) | "
                          f"{row['planned'] / 2**30:.2f} | {row['allocated'] / 2**30:.2f} | {row['error']:+.1%} | "
                          f"{row['reserved'] / 2**30:.2f} | {exact} |")
     return "\n".join(lines)
