@@ -69,6 +69,8 @@ def describe(folder: str | Path) -> ModelPreset:
     head_dim = c.get("head_dim")
     mla = c.get("model_type") == "deepseek_v2"
     experts = c.get("num_experts") or c.get("num_local_experts") or c.get("n_routed_experts")
+    if (c.get("first_k_dense_replace") or 0) >= c["num_hidden_layers"]:
+        experts = None  # every layer dense: no expert is ever built
     moe_ffn = c.get("moe_intermediate_size")
     shared = (c.get("n_shared_experts") or 0) * (moe_ffn or 0)
     return ModelPreset(

@@ -98,7 +98,7 @@ def check_layout(spec: JobSpec, reference: torch.Tensor, ids: torch.Tensor, devi
     model_parallel_cuda_manual_seed(spec.seed)
     bridge = hf_import.open_bridge(spec.hf_model)
     config = hf_import.provider_config(bridge, spec, on_cpu=device.type == "cpu", bf16=spec.precision == "bf16")
-    chunks = build.model_chunks(config, spec.model_preset(), spec)
+    chunks = [chunk.to(device) for chunk in build.model_chunks(config, spec.model_preset(), spec)]
     hf_weights.load(bridge, chunks)
     if spec.load_dir:  # resharded into this layout by dist_checkpointing
         checkpoint_io.load(spec.load_paths()[0], chunks, None, spec, spec.model_preset(), beat=lambda *a: None,

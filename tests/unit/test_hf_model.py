@@ -70,6 +70,8 @@ def test_description_follows_config_json(tmp_path):
     m = hf_model.describe(folder(tmp_path / "ds", DEEPSEEK))
     assert (m.multi_latent_attention, m.kv_lora_rank, m.qk_pos_emb_head_dim, m.q_lora_rank) == (True, 30, 8, None)
     assert (m.num_experts, m.first_k_dense, m.moe_shared_expert_intermediate_size) == (4, 1, 32)
+    dense = hf_model.describe(folder(tmp_path / "dense", {**DEEPSEEK, "first_k_dense_replace": 2}))
+    assert not dense.is_moe  # every layer dense: no experts are built, so MoE layout rules do not apply
     q = hf_model.describe(folder(tmp_path / "q", {**LLAMA, "model_type": "qwen3", "architectures": ["Qwen3ForCausalLM"],
                                                   "head_dim": 32, "tie_word_embeddings": True}))
     assert (q.kv_channels, q.qk_layernorm, q.tied_embeddings, q.activation) == (32, True, True, "swiglu")
