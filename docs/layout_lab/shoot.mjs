@@ -14,12 +14,13 @@ const browser = await chromium.launch({
   args: ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync"],
 });
-const page = await browser.newPage({ viewport: { width: 1500, height: 1100 } });
+const page = await browser.newPage({ viewport: { width: 1500, height: 2600 } });  // the whole panel on screen
 await page.goto(`${base}/lab/tree/09_layout_lab.ipynb`);
 await page.waitForSelector(".jp-Notebook .jp-Cell", { timeout: 180_000 });
 await page.waitForSelector(".jp-Notebook-ExecutionIndicator[data-status='idle'], .jp-mod-idle, text=Idle",
                            { timeout: 180_000 }).catch(() => {});
 await page.waitForTimeout(4000);  // kernel start
+await page.getByRole("button", { name: "No" }).click({ timeout: 5000 }).catch(() => {});  // JupyterLab's news toast
 
 // run the first three cells: parameters, imports, the panel
 await page.locator(".jp-Notebook .jp-Cell").first().click();

@@ -144,10 +144,11 @@ class LayoutLab:
         """The memory plan of this layout (helpers/memory/plan.py): bars per pipeline stage, GPU size line."""
         from helpers.memory import Training, plan_memory
         from helpers.views.memory_bars import memory_bars
-        self.memory_out.clear_output(wait=True)
         self.plan = None
-        if self.violations:
+        if self.violations:  # no plan for an invalid layout: clear the last one now, not on the next draw
+            self.memory_out.clear_output()
             return
+        self.memory_out.clear_output(wait=True)
         with self.memory_out:
             cpu = self.w["device"].value == "cpu"
             plan = plan_memory(model, lay, Training(precision="fp32" if cpu else "bf16"))

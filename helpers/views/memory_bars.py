@@ -45,7 +45,7 @@ def memory_bars(plan: MemoryPlan, device_gib: float | None = None, measured_gib:
     ax.set_ylabel("GiB per GPU")
     ax.set_title(title or f"{plan.model.name}: {plan.layout.describe().split(':')[1].strip()}", fontsize=9)
     if legend:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), markerscale=0.4)  # the 900-pt dash fits the box
     ax.figure.tight_layout()
     return ax
 
