@@ -10,6 +10,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from helpers.job.backend import BACKENDS
 from helpers.job.sizes import ParallelSizes, knob
 from helpers.job.tokenizer import NAMES as TOKENIZERS
 
@@ -33,6 +34,9 @@ class JobSpec(ParallelSizes):
     clip_grad: float = knob(1.0, "gradient-norm clipping threshold")
     seed: int = knob(1234, "random seed: initial weights, synthetic data")
     moe_dispatcher: str = knob("alltoall", "MoE token dispatcher", choices=("alltoall", "allgather"))
+    backend: str = knob("auto", "layer implementation: auto = Megatron's Transformer Engine spec when "
+                        "transformer_engine is installed and the job runs on GPU, else local (the kit's modules on "
+                        "Megatron's local spec); te is not tested on this kit's machines", choices=BACKENDS)
     attention: str = knob("sdpa", "core attention: sdpa = the kit's on torch's fused scaled_dot_product_attention "
                           "(helpers/runtime/attention/); megatron_local = Megatron's local DotProductAttention "
                           "(materialises every score matrix); cp > 1 always uses the kit's context-parallel "

@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 
 from helpers.errors import CheckpointError, DataNotFound, InvalidJob, InvalidLayout
-from helpers.job import data_source, hf_model, models, paths
+from helpers.job import backend, data_source, hf_model, models, paths
 from helpers.job.layout import Layout
 from helpers.job.spec import JobSpec
 from helpers.launch import torchrun
@@ -37,7 +37,8 @@ def cuda_device_count() -> int:
 
 
 def resolve(spec: JobSpec) -> JobSpec:
-    """A copy with device and precision decided (auto -> cuda if available else cpu) and the
+    """A copy with device, precision and backend decided (auto -> cuda if available else cpu; TE when
+    installed on GPU, helpers/job/backend.py) and the
     default output folder made absolute (runs/ at the repository root)."""
     device = spec.device
     if device == "auto":
@@ -53,7 +54,11 @@ def resolve(spec: JobSpec) -> JobSpec:
     hf = {}
     if spec.hf_model:  # workers may start elsewhere; the HF weights are the same start in every layout
         hf = dict(hf_model=str(Path(spec.hf_model).expanduser().resolve()), seed_checkpoint=False)
-    return dataclasses.replace(spec, device=device, precision=precision, out=out, **hf)
+    try:
+        chosen = backend.resolve(spec.backend, device)
+    except ValueError as e:
+        raise InvalidJob(str(e)) from None
+    return dataclasses.replace(spec, device=device, precision=precision, out=out, backend=chosen, **hf)
 
 
 def model_of(spec: JobSpec) -> models.ModelPreset:
@@ -91,7 +96,8 @@ def validate(spec: JobSpec) -> None:
     if spec.device == "cuda" and devices == 0:
         raise InvalidJob("device=cuda but no CUDA device is visible; use device='cpu' or 'auto'")
     try:
-        Layout.of(spec).check(model_of(spec), devices=devices)
+        Layout.of(spec, backend=spec.backend if spec.backend in ("local", "te") else "local").check(
+            model_of(spec), devices=devices)
     except InvalidLayout as e:
         raise InvalidJob.from_layout(e) from None
     if spec.device == "cuda":  # the memory plan: warn, do not refuse

@@ -124,7 +124,8 @@ def gpt_model_options(config: TransformerConfig, model: ModelPreset, seq_len: in
 
 def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -> list[torch.nn.Module]:
     """One GPTModel per virtual pipeline stage held by this rank (one when VPP is off)."""
-    if not config.use_cpu_initialization:  # on GPU: rotary embedding compiled (the TE fusion's stand-in)
+    te = spec.backend == "te"  # decided by the runner (helpers/job/backend.py); "auto" here means local
+    if not config.use_cpu_initialization and not te:  # on GPU: rotary compiled (the TE fusion's stand-in)
         from helpers.runtime import compiled_rope
         compiled_rope.install()
     chunks = []
@@ -132,7 +133,8 @@ def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
         vp = vp_stage if spec.vpp else None
         chunks.append(GPTModel(
             config=config,
-            transformer_layer_spec=layer_specs.block_spec(config, vp, spec.attention),
+            transformer_layer_spec=(layer_specs.te_block_spec(config, vp) if te
+                                    else layer_specs.block_spec(config, vp, spec.attention)),
             pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
             post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp),
             vp_stage=vp,

@@ -76,3 +76,21 @@ def block_spec(config, vp_stage: int | None, attention: str = "sdpa") -> Transfo
     specs = [layer_spec(config, is_moe_layer(config, i), attention) for i in range(offset, offset + count)]
     return TransformerBlockSubmodules(layer_specs=specs, layer_norm=SequenceParallelNorm)
 
+
+
+def te_block_spec(config, vp_stage: int | None) -> TransformerBlockSubmodules:
+    """backend="te": Megatron-Core's own Transformer Engine layer spec per layer and TE's final norm,
+    nothing of the kit's (TE's attention does CP and MLA; its norms do SP). A thin switch: TE cannot
+    be installed on this kit's machines, so this path has not run here."""
+    from megatron.core.extensions.transformer_engine import TENorm
+    from megatron.core.models.gpt.gpt_layer_specs import (
+        get_gpt_layer_with_transformer_engine_spec,
+    )
+
+    offset = get_transformer_layer_offset(config, vp_stage=vp_stage)
+    count = get_num_layers_to_build(config, vp_stage=vp_stage)
+    use_mla = bool(getattr(config, "multi_latent_attention", False))
+    specs = [get_gpt_layer_with_transformer_engine_spec(
+        num_experts=config.num_moe_experts if is_moe_layer(config, i) else None, moe_grouped_gemm=False,
+        qk_layernorm=config.qk_layernorm, multi_latent_attention=use_mla) for i in range(offset, offset + count)]
+    return TransformerBlockSubmodules(layer_specs=specs, layer_norm=TENorm)

@@ -129,7 +129,7 @@ class Report:
         core = next((type(m.core_attention).__name__ for chunk in model for m in chunk.modules()
                      if hasattr(m, "core_attention")), None)
         self._set("model", "pass" if ok else "fail", {
-            "layout": self.spec.layout_name(), "model": self.spec.model, "core_attention": core,
+            "layout": self.spec.layout_name(), "model": self.spec.model, "backend": self.spec.backend, "core_attention": core,
             "parameters_per_rank": {str(r): c for r, c in enumerate(counts)}})
         self._write()
 

@@ -53,9 +53,9 @@ def test_megatron_local_attention_matches_the_kit_sdpa_attention(reference, runs
     """attention='megatron_local' builds Megatron's own DotProductAttention (materialised scores);
     the default is the kit's SDPA module. Same weights, same maths: same losses to fp32 rounding."""
     run = launch.run(**runs, **BATCH, attention="megatron_local")
-    built = [next(c for c in r.report["checks"] if c["name"] == "model")["evidence"]["core_attention"]
-             for r in (reference, run)]
-    assert built == ["SDPACoreAttention", "DotProductAttention"]
+    built = [next(c for c in r.report["checks"] if c["name"] == "model")["evidence"] for r in (reference, run)]
+    assert [b["core_attention"] for b in built] == ["SDPACoreAttention", "DotProductAttention"]
+    assert [b["backend"] for b in built] == ["local", "local"]  # auto on CPU (helpers/job/backend.py)
     assert _rel(run.losses, reference.losses) <= RTOL, (run.losses, reference.losses)
 
 
