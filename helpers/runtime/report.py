@@ -49,14 +49,16 @@ def _all_gather(obj) -> list:
 
 
 def param_checksums(model: list) -> dict:
-    """SHA-256 of this rank's dense and expert parameters (bytes, in name order). Expert
-    parameters are the ones Megatron marks `allreduce = False` (reduced over EDP, not DP)."""
+    """SHA-256 of this rank's dense and expert parameters (their bytes in their own dtype, in name
+    order). Expert parameters are the ones Megatron marks `allreduce = False` (reduced over EDP,
+    not DP). The raw bytes, not an fp32 copy: equal bytes is what replicas must have, and for bf16
+    it hashes half as much without a conversion (a 1.4B GPT on GPU: ~13 s per check before)."""
     dense, expert = hashlib.sha256(), hashlib.sha256()
     for i, chunk in enumerate(model):
         for name, p in sorted(chunk.named_parameters(), key=lambda kv: kv[0]):
             h = dense if getattr(p, "allreduce", True) else expert
             h.update(f"{i}.{name}".encode())
-            h.update(p.detach().float().cpu().contiguous().numpy().tobytes())
+            h.update(p.detach().contiguous().view(torch.uint8).cpu().numpy())
     return {"dense": dense.hexdigest()[:16], "expert": expert.hexdigest()[:16]}
 
 
