@@ -104,7 +104,7 @@ def check_layout(spec: JobSpec, reference: torch.Tensor, ids: torch.Tensor, devi
         checkpoint_io.load(spec.load_paths()[0], chunks, None, spec, spec.model_preset(), beat=lambda *a: None,
                            load_optimizer=False)
     logits = megatron_logits(chunks, ids.to(device), spec)
-    diff = torch.zeros(2, dtype=torch.float64)  # max |diff| / max |ref|, argmax disagreements
+    diff = torch.zeros(2, dtype=torch.float64, device=device)  # on the device: NCCL reduces no CPU tensors
     if logits is not None:
         logits = logits.float().cpu()
         diff[0] = ((logits - reference).abs().max() / reference.abs().max()).item()
