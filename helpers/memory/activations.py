@@ -16,9 +16,11 @@ def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) ->
     s = lay.seq_len // lay.cp
     b = lay.micro_batch
     stats = 8 if model.normalization == "LayerNorm" else 4
+    sdpa = getattr(lay, "backend", "local") == "local" and tr.attention == "sdpa"
     if model.multi_latent_attention:
         qk = model.qk_head_dim + model.qk_pos_emb_head_dim
         q_w, v_w = a * qk // tp, a * model.v_head_dim // tp
+        k_w = q_w  # MLA: every head has its own key (nope + rope parts), as wide as its query
         proj_in = v_w
         # q, k (a heads each), v, the kv latent and its norm input
         qkv_saved = T * (2 * q_w + v_w + 2 * model.kv_lora_rank) * B
@@ -26,8 +28,8 @@ def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) ->
         d = model.kv_channels or h // a
         q_w = a * d // tp
         kv_w = model.kv_heads * d // tp
+        k_w = v_w = kv_w
         proj_in = q_w
-        sdpa = getattr(lay, "backend", "local") == "local" and tr.attention == "sdpa"
         if model.kv_heads < a and not sdpa:  # GQA: rope'd q, and k/v repeated to every head (repeat_interleave)
             qkv_saved = 3 * T * q_w * B
         else:  # rope'd q and k are new tensors; v stays a view that keeps the fused qkv output
@@ -42,16 +44,16 @@ def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) ->
     elif lay.cp > 1:  # the kit's ContextParallelAttention (helpers/runtime/modules.py): K/V all-gathered,
         # then SDPA with an explicit mask. Not yet checked against a measured GPU peak (needs 2 GPUs).
         s_full = lay.seq_len
-        kv_full = b * s_full * kv_w  # one gathered K or V (not repeated: enable_gqa)
+        kv_full = b * s_full * (k_w + v_w)  # the gathered K and V (not repeated: enable_gqa)
         # the gathered K and V, the attention output and its log-sum-exp, the mask (bool) and the
         # additive bias the fused kernels make of it
-        core = 2 * kv_full * B + T * q_w * B + T * heads * 4 + s * s_full * (1 + B)
-        transient = T * q_w * B + 2 * kv_full * B  # dq and the gathered dk, dv
+        core = kv_full * B + T * q_w * B + T * heads * 4 + s * s_full * (1 + B)
+        transient = T * q_w * B + kv_full * B  # dq and the gathered dk, dv
     elif sdpa:  # the kit's SDPACoreAttention (flash/cuDNN kernels): no s x s matrix
         # saved beyond q, k, v: the attention output (before the head merge copies it for the
         # projection) and the fp32 log-sum-exp of every query row
         core = T * q_w * B + T * heads * 4
-        transient = T * (q_w + 2 * kv_w) * B  # dq, dk, dv
+        transient = T * (q_w + k_w + v_w) * B  # dq, dk, dv
     else:  # local DotProductAttention: fp32 softmax output (+ its bf16 copy used by bmm unless fp32)
         core = b * heads * s * s * (4 + (B if tr.precision != "fp32" else 0))
         # backward of softmax: grad of probs (B), its fp32 copy, softmax-backward output (fp32)
