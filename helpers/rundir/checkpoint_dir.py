@@ -218,17 +218,24 @@ def describe(path) -> list[dict]:
     return rows
 
 
-def tensor_bytes(path) -> dict[str, int]:
-    """Bytes of tensor data a checkpoint's index (`.metadata`, torch.distributed.checkpoint) lists,
-    by top-level key (`embedding`, `decoder`, `optimizer`, ...): the global tensors, each counted
-    once however many ranks hold a replica. The shard files are larger by their serialisation
-    headers and the non-tensor objects (RNG states, extra state)."""
-    import torch
+def _index(path):
+    """The checkpoint's index (`.metadata`, torch.distributed.checkpoint): every global tensor and
+    where its pieces are stored."""
     from torch.distributed.checkpoint import FileSystemReader
+
+    return FileSystemReader(str(resolve(path))).read_metadata()
+
+
+def tensor_bytes(path) -> dict[str, int]:
+    """Bytes of tensor data a checkpoint's index lists, by top-level key (`embedding`, `decoder`,
+    `optimizer`, ...): the global tensors, each counted once however many ranks hold a replica. The
+    shard files are larger by their serialisation headers and the non-tensor objects (RNG states,
+    extra state)."""
+    import torch
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     out: dict[str, int] = {}
-    for key, meta in FileSystemReader(str(resolve(path))).read_metadata().state_dict_metadata.items():
+    for key, meta in _index(path).state_dict_metadata.items():
         if isinstance(meta, TensorStorageMetadata):
             size = meta.size.numel() * torch.empty(0, dtype=meta.properties.dtype).element_size()
             out[key.split(".")[0]] = out.get(key.split(".")[0], 0) + size
@@ -238,10 +245,7 @@ def tensor_bytes(path) -> dict[str, int]:
 def pieces(path, key: str) -> list[tuple[tuple[int, ...], str]]:
     """(global offset, shard file) of every stored piece of one global tensor, from the checkpoint's
     index: where each rank's shard of it landed."""
-    from torch.distributed.checkpoint import FileSystemReader
-
-    meta = FileSystemReader(str(resolve(path))).read_metadata()
-    return sorted((tuple(i.offset), s.relative_path) for i, s in meta.storage_data.items() if i.fqn == key)
+    return sorted((tuple(i.offset), s.relative_path) for i, s in _index(path).storage_data.items() if i.fqn == key)
 
 
 def list_checkpoints(root) -> list[dict]:
