@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from helpers import launch  # noqa: E402
-from helpers.job.flops import FORMULA, flops_per_token  # noqa: E402
+from helpers.job.flops import FORMULA, flops_per_token, mfu  # noqa: E402
 from helpers.job.models import preset  # noqa: E402
 
 VOCAB = 50304
@@ -106,29 +106,27 @@ def table(results: dict, peak: float) -> str:
             continue
         _, size, attention = key.split("/")
         b = results.get(f"bare/{size}/{attention}", {})
-        f = flops_per_token(model_of(size), SIZES[size][2])
         if "error" in r or "error" in b or not b:
             lines.append(f"| {size} | {attention} | {'failed' if 'error' in r else ''} | "
                          f"{'failed' if 'error' in b else ''} | | | | | | | |")
             continue
         lines.append(f"| {size} | {attention} | {r['tokens_per_s']:,.0f} | {b['tokens_per_s']:,.0f} | "
                      f"{r['tokens_per_s'] / b['tokens_per_s']:.3f} | {r['step_time_s']:.3f} | {b['step_time_s']:.3f} | "
-                     f"{r['tokens_per_s'] * f / peak:.1%} | {b['tokens_per_s'] * f / peak:.1%} | "
+                     f"{mfu(r['tokens_per_s'], model_of(size), SIZES[size][2], peak):.1%} | "
+                     f"{mfu(b['tokens_per_s'], model_of(size), SIZES[size][2], peak):.1%} | "
                      f"{r['max_allocated_bytes'] / 2**30:.1f} | {b['max_allocated_bytes'] / 2**30:.1f} |")
     for key, r in results.items():
         if key.startswith("kit-extra/") and "error" not in r:
             size = key.split("/")[1]
             b = results.get(f"bare/{size}/sdpa", {})
             ratio = f"{r['tokens_per_s'] / b['tokens_per_s']:.3f}" if "tokens_per_s" in b else ""
-            f = flops_per_token(model_of(size), SIZES[size][2])
             lines.append(f"| {size} | {key.split('/', 2)[2]} (kit only) | {r['tokens_per_s']:,.0f} | | {ratio} | "
-                         f"{r['step_time_s']:.3f} | | {r['tokens_per_s'] * f / peak:.1%} | | "
+                         f"{r['step_time_s']:.3f} | | {mfu(r['tokens_per_s'], model_of(size), SIZES[size][2], peak):.1%} | | "
                          f"{r['max_allocated_bytes'] / 2**30:.1f} | |")
         if key.startswith("bare-extra/") and "error" not in r:
             size = key.split("/")[1]
-            f = flops_per_token(model_of(size), SIZES[size][2])
             lines.append(f"| {size} | {key.split('/', 2)[2]} (bare only) | | {r['tokens_per_s']:,.0f} | | | "
-                         f"{r['step_time_s']:.3f} | | {r['tokens_per_s'] * f / peak:.1%} | | "
+                         f"{r['step_time_s']:.3f} | | {mfu(r['tokens_per_s'], model_of(size), SIZES[size][2], peak):.1%} | | "
                          f"{r['max_allocated_bytes'] / 2**30:.1f} |")
     return "\n".join(lines)
 

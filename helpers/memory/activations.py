@@ -16,7 +16,7 @@ def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) ->
     s = lay.seq_len // lay.cp
     b = lay.micro_batch
     stats = 8 if model.normalization == "LayerNorm" else 4
-    sdpa = getattr(lay, "backend", "local") == "local" and tr.attention == "sdpa"
+    sdpa = lay.backend == "local" and tr.attention == "sdpa"
     if model.multi_latent_attention:
         qk = model.qk_head_dim + model.qk_pos_emb_head_dim
         q_w, v_w = a * qk // tp, a * model.v_head_dim // tp
@@ -38,7 +38,7 @@ def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) ->
     ln = Th * h * B + Th * stats  # norm input (+ mean/rstd in fp32)
     qkv_in = Th * h * B  # the column-parallel linear saves its un-gathered input
     heads = a // tp
-    if getattr(lay, "backend", "local") == "te":  # flash/cuDNN attention: no s x s matrix, softmax stats only
+    if lay.backend == "te":  # flash/cuDNN attention: no s x s matrix, softmax stats only
         core = T * heads * 4
         transient = 0.0
     elif lay.cp > 1:  # the kit's ContextParallelAttention (helpers/runtime/modules.py): K/V all-gathered,

@@ -162,7 +162,7 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
                 logits_transient = T * V * (4 + B) + V * h * B
             transient = max(transient, logits_transient)
         workspace = CUBLAS_WORKSPACE
-        if getattr(lay, "backend", "local") == "local" and tr.attention == "megatron_local" and lay.cp == 1 and any(
+        if lay.backend == "local" and tr.attention == "megatron_local" and lay.cp == 1 and any(
                 layer_kind(model, i) in ("dense", "moe", "*")
                                           for c in layers[stage] for i in c):
             s = lay.seq_len // lay.cp

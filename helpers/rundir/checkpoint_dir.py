@@ -231,13 +231,12 @@ def tensor_bytes(path) -> dict[str, int]:
     `optimizer`, ...): the global tensors, each counted once however many ranks hold a replica. The
     shard files are larger by their serialisation headers and the non-tensor objects (RNG states,
     extra state)."""
-    import torch
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     out: dict[str, int] = {}
     for key, meta in _index(path).state_dict_metadata.items():
         if isinstance(meta, TensorStorageMetadata):
-            size = meta.size.numel() * torch.empty(0, dtype=meta.properties.dtype).element_size()
+            size = meta.size.numel() * meta.properties.dtype.itemsize
             out[key.split(".")[0]] = out.get(key.split(".")[0], 0) + size
     return out
 

@@ -48,11 +48,7 @@ class ContextParallelAttention(torch.nn.Module):
 
         if attn_mask_type != AttnMaskType.causal:
             raise ValueError("the kit's context-parallel attention supports causal masks only")
-        tp_group = getattr(pg_collection, "tp", None)
-        tp = tp_group.size() if tp_group is not None else ps.get_tensor_model_parallel_world_size()
         self.cp_group = getattr(pg_collection, "cp", None) or ps.get_context_parallel_group()
-        self.heads = config.num_attention_heads // tp
-        self.kv_heads = config.num_query_groups // tp
         self.scale = softmax_scale or (k_channels or config.kv_channels) ** -0.5
 
     def _positions(self, rank: int, cp: int, chunk: int, device) -> torch.Tensor:

@@ -27,6 +27,8 @@ import importlib.util
 import sys
 import types
 
+from helpers.job.backend import te_installed
+
 # Megatron-Core (and megatron.training, which Bridge imports) modules whose import-time TE probe must
 # run before the stand-in is registered. Found by recording which module first asks for a TE name
 # during the Bridge import; hybrid_layer_specs even calls is_te_min_version() at import.
@@ -87,17 +89,13 @@ def _registered(modules: dict[str, types.ModuleType]):
                 del sys.modules[name]
 
 
-def real_te_installed() -> bool:
-    return importlib.util.find_spec("transformer_engine") is not None
-
-
 def import_auto_bridge():
     """`megatron.bridge.AutoBridge`, imported with the TE stand-in when TE is absent."""
     import logging
 
     if "megatron.core" not in sys.modules:
         raise RuntimeError("import megatron.core before Megatron-Bridge (the TE stand-in relies on it)")
-    if real_te_installed() or "megatron.bridge" in sys.modules:
+    if te_installed() or "megatron.bridge" in sys.modules:
         from megatron.bridge import AutoBridge
         return AutoBridge
     for name in PREIMPORT:

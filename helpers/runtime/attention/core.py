@@ -20,7 +20,6 @@ class SDPACoreAttention(torch.nn.Module):
                  k_channels: int | None = None, v_channels: int | None = None, cp_comm_type=None,
                  pg_collection=None, **_unused):
         super().__init__()
-        from megatron.core import parallel_state as ps
         from megatron.core.transformer.enums import AttnMaskType
 
         if config.context_parallel_size > 1:
@@ -30,16 +29,11 @@ class SDPACoreAttention(torch.nn.Module):
         if config.softmax_type != "vanilla":
             raise ValueError(f"softmax_type={config.softmax_type!r} needs Megatron's own attention "
                              "(attention='megatron_local')")
-        tp_group = getattr(pg_collection, "tp", None)
-        tp = tp_group.size() if tp_group is not None else ps.get_tensor_model_parallel_world_size()
         self.config = config
         self.layer_number = max(1, layer_number)
         self.attn_mask_type = attn_mask_type
         self.causal = attn_mask_type == AttnMaskType.causal
-        self.heads = config.num_attention_heads // tp
-        self.kv_heads = config.num_query_groups // tp
         self.k_channels = k_channels or config.kv_channels
-        self.v_channels = v_channels or config.kv_channels
         # As Megatron's: 1/sqrt(head size of q and k) unless given. (Megatron's query-key layer
         # scaling divides the scores by the layer number and multiplies them back inside its
         # softmax: no net change, so nothing to do for it here.)
