@@ -9,6 +9,8 @@ papers do (helpers/job/flops.py; the formula is printed) over the device's dense
     python benchmarks/gpu_throughput.py --out DIR [--sizes gpt-125m,gpt-1.4b,gpt-7b-l6,moe]
         [--attention sdpa,megatron_local] [--iters 8] [--no-extras]
 
+`--kit-extras SIZES`: the kit's job of those sizes again with KIT_INSTRUMENT=0 and once under
+torch.profiler (its last two steps, OUT/profile_kit_SIZE.txt).
 The last two steps of the bare 1.4B run with SDPA are profiled with torch.profiler
 (OUT/profile_after.txt). Extras (1.4B): the kit without instrumentation (KIT_INSTRUMENT=0), the bare
 loop without the GPU fusions (compiled rotary, bias/dropout/cross-entropy fusions, fused Adam), and
@@ -138,6 +140,8 @@ def main():
     ap.add_argument("--attention", default="sdpa,megatron_local")
     ap.add_argument("--iters", type=int, default=8)
     ap.add_argument("--no-extras", action="store_true")
+    ap.add_argument("--kit-extras", default="", help="sizes whose kit job also runs with KIT_INSTRUMENT=0 and "
+                    "under torch.profiler (OUT/profile_kit_SIZE.txt)")
     ap.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak; default from the GPU name")
     args = ap.parse_args()
     import torch
@@ -157,6 +161,12 @@ def main():
             attempt(results, f"kit/{size}/{attention}", run_kit, size, attention, args.iters, args.out)
             profile = args.out / "profile_after.txt" if size == "gpt-1.4b" and attention == "sdpa" else None
             attempt(results, f"bare/{size}/{attention}", run_bare, size, attention, args.iters, profile=profile)
+            save()
+        if size in args.kit_extras.split(","):
+            attempt(results, f"kit-extra/{size}/sdpa, KIT_INSTRUMENT=0", run_kit, size, "sdpa", args.iters,
+                    args.out, env={"KIT_INSTRUMENT": "0"})
+            attempt(results, f"kit-extra/{size}/sdpa, under torch.profiler", run_kit, size, "sdpa", args.iters,
+                    args.out, env={"KIT_TORCH_PROFILE": str(args.out / f"profile_kit_{size}.txt")})
             save()
         if size == "gpt-1.4b" and not args.no_extras:
             attempt(results, f"kit-extra/{size}/sdpa, KIT_INSTRUMENT=0", run_kit, size, "sdpa", args.iters,

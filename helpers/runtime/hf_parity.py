@@ -85,7 +85,10 @@ def export_identical(bridge, chunks, source: Path) -> bool:
         return flag[0]
 
 
-def check_layout(spec: JobSpec, reference: torch.Tensor, ids: torch.Tensor, device, check_export: bool) -> dict:
+def check_layout(spec: JobSpec, reference: torch.Tensor, ids: torch.Tensor, device, check_export: bool,
+                 truth: torch.Tensor | None = None) -> dict:
+    """`reference`: transformers' logits in the job's precision. `truth` (bf16 jobs): transformers'
+    in fp32 on the same weights, to measure how far each bf16 computation is from it."""
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
@@ -104,24 +107,32 @@ def check_layout(spec: JobSpec, reference: torch.Tensor, ids: torch.Tensor, devi
         checkpoint_io.load(spec.load_paths()[0], chunks, None, spec, spec.model_preset(), beat=lambda *a: None,
                            load_optimizer=False)
     logits = megatron_logits(chunks, ids.to(device), spec)
-    diff = torch.zeros(2, dtype=torch.float64, device=device)  # on the device: NCCL reduces no CPU tensors
+    diff = torch.zeros(3, dtype=torch.float64, device=device)  # on the device: NCCL reduces no CPU tensors
     if logits is not None:
         logits = logits.float().cpu()
-        diff[0] = ((logits - reference).abs().max() / reference.abs().max()).item()
+        diff[0] = max_rel_diff(logits, reference)
         diff[1] = (logits.argmax(-1) != reference.argmax(-1)).float().mean().item()
+        if truth is not None:
+            diff[2] = max_rel_diff(logits, truth)
     dist.all_reduce(diff, op=dist.ReduceOp.MAX)
     record = {"layout": spec.layout_name(), "sizes": spec.parallel_sizes(), "max_rel_diff": diff[0].item(),
               "argmax_disagreement": diff[1].item()}
+    if truth is not None:  # the bf16 bound: the kit's bf16 error is of the order of transformers' own
+        record["megatron_vs_fp32"] = diff[2].item()
+        record["transformers_vs_fp32"] = max_rel_diff(reference, truth)
     if check_export and not spec.load_dir:
         record["export_identical"] = export_identical(bridge, chunks, Path(spec.hf_model))
     return record
 
 
-def transformers_logits(folder: str, ids: torch.Tensor, spec: JobSpec, device) -> torch.Tensor:
-    """transformers' logits in the job's precision (fp32 on CPU: the parity bound 1e-5 applies)."""
+def max_rel_diff(logits: torch.Tensor, reference: torch.Tensor) -> float:
+    return ((logits - reference).abs().max() / reference.abs().max()).item()
+
+
+def transformers_logits(folder: str, ids: torch.Tensor, dtype: torch.dtype, device) -> torch.Tensor:
+    """transformers' logits in `dtype` (the job's precision; fp32 on CPU: the parity bound 1e-5 applies)."""
     import transformers
 
-    dtype = torch.bfloat16 if spec.precision == "bf16" else torch.float32
     hf = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, attn_implementation="eager")
     hf = hf.to(device).eval()
     with torch.no_grad():
@@ -138,8 +149,10 @@ def run(run_dir: Path, spec: JobSpec, device) -> None:
         check_export = case.pop("check_export", True)
         layout = dataclasses.replace(spec, **case)
         ids = tokens(layout, layout.model_preset().vocab_size)
-        reference = transformers_logits(layout.hf_model, ids, layout, device)
-        record = check_layout(layout, reference, ids, device, check_export)
+        bf16 = layout.precision == "bf16"
+        reference = transformers_logits(layout.hf_model, ids, torch.bfloat16 if bf16 else torch.float32, device)
+        truth = transformers_logits(layout.hf_model, ids, torch.float32, device) if bf16 else None
+        record = check_layout(layout, reference, ids, device, check_export, truth)
         records.append({"hf_model": layout.hf_model, **record})
         if dist.get_rank() == 0:
             write_json(Path(run_dir) / names.HF_PARITY, records)

@@ -74,6 +74,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     from helpers.runtime import evaluation, faults, gather, preflight, report, setup
     from helpers.runtime.checkpoint import policy as checkpoints
     from helpers.runtime.measure import instruments, memory_stats, moe_stats
+    from helpers.runtime.measure.torch_profile import ProfileWindow
     from helpers.runtime.step import forward_step, global_loss, run_schedule
 
     beat = writer.Heartbeat(run_dir, int(os.environ.get("RANK", 0)))
@@ -115,7 +116,9 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     if evals:
         evals.before_training(start)
     tokens_per_iter = spec.global_batch_size * spec.seq_len
+    profiled = ProfileWindow(spec.iters, rank)  # KIT_TORCH_PROFILE=FILE (benchmarks)
     for it in range(start, spec.iters):
+        profiled.before(it)
         t0 = time.perf_counter()
         scale = faults.maybe_inject(it + 1, rank)
         beat("forward/backward", it + 1)
@@ -141,6 +144,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         if device.type == "cuda":
             torch.cuda.synchronize()
         step = time.perf_counter() - t0
+        profiled.after(it)
         record = {"iteration": it + 1, "time": time.time(), "loss": loss, "grad_norm": float(grad_norm or 0.0),
                   "lr": spec.lr, "skipped": not ok, "step_time_s": step,
                   "tokens_per_s": tokens_per_iter / step}

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import sys
-import time
 
 import torch
 import torch.distributed as dist
+
+from helpers.runtime.measure.clock import Clock
 
 # name -> how to find the buffer whose size is reported (positional index, keyword)
 _COLLECTIVES = {
@@ -73,9 +74,9 @@ class _TimedWork:
         self._work, self._log, self._record = work, log, record
 
     def wait(self, *args, **kwargs):
-        t0 = time.time()
+        t0 = self._log.clock.stamp()
         out = self._work.wait(*args, **kwargs)
-        self._log._event("wait", self._record, t0, time.time())
+        self._log._event("wait", self._record, t0, self._log.clock.stamp())
         return out
 
     def __getattr__(self, name):
@@ -97,7 +98,7 @@ class CommLog:
     """Install once (after the model is built, so Megatron's modules are imported); records only
     between `begin()` and `end()`, and never inside `paused()`."""
 
-    def __init__(self, rank: int, sync_cuda: bool = False):
+    def __init__(self, rank: int, clock: Clock | None = None):
         global _CURRENT
         _CURRENT = self
         self.in_flight: dict | None = None  # the record of a synchronous call that has not returned
@@ -107,7 +108,7 @@ class CommLog:
         self.iteration = 0
         self.phase = None
         self._active = False
-        self._sync = sync_cuda
+        self.clock = clock or Clock(cuda=False)  # stamps: floats on CPU, CUDA events on GPU (clock.py)
         self._originals: dict[str, object] = {}
         self._axis_of_group: dict[int, str] = {}
         self._ranks_of_axis: dict[str, list[int]] = {}
@@ -199,12 +200,10 @@ class CommLog:
         self.records.append(rec)
         return rec
 
-    def _event(self, kind: str, rec: dict, t0: float, t1: float) -> None:
-        if self._sync and torch.cuda.is_available():
-            torch.cuda.synchronize()
-            t1 = time.time()
-        self.events.append({"rank": self.rank, "iteration": rec["iteration"], "kind": kind,
-                            "op": rec["op"], "axis": rec["axis"], "bytes": rec["bytes"], "t0": t0, "t1": t1})
+    def _event(self, kind: str, rec: dict, t0, t1) -> None:
+        self.events.append(self.clock.keep({"rank": self.rank, "iteration": rec["iteration"], "kind": kind,
+                                            "op": rec["op"], "axis": rec["axis"], "bytes": rec["bytes"],
+                                            "t0": t0, "t1": t1}))
 
     def _wrap(self, name, original, where, p2p: bool):
         log = self
@@ -222,13 +221,13 @@ class CommLog:
                 peer = kwargs.get("dst", kwargs.get("src", args[1] if len(args) > 1 else None))
             is_async = bool(kwargs.get("async_op", False)) or name in ("isend", "irecv")
             rec = log._record(name, tensor, group, peer=peer, is_async=is_async)
-            t0 = time.time()
+            t0 = log.clock.stamp()
             log.in_flight = rec
             out = original(*args, **kwargs)
             log.in_flight = None
             if is_async and out is not None:
                 return _TimedWork(out, log, rec)
-            log._event("call", rec, t0, time.time())
+            log._event("call", rec, t0, log.clock.stamp())
             return out
 
         wrapper.__name__ = name

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import torch
@@ -18,6 +17,7 @@ import torch.distributed as dist
 
 from helpers.rundir import names
 from helpers.runtime.gather import gather_to_rank0
+from helpers.runtime.measure.clock import Clock
 from helpers.runtime.measure.comm_log import CommLog
 from helpers.runtime.measure.timeline import Timeline
 
@@ -26,24 +26,21 @@ class Instruments:
     def __init__(self, model: list, device: torch.device):
         self.enabled = os.environ.get("KIT_INSTRUMENT", "1") != "0"  # KIT_INSTRUMENT=0: record nothing
         rank = dist.get_rank()
+        # one clock for every record: on GPU its stamps are CUDA events, settled once per iteration
+        self.clock = Clock(cuda=device.type == "cuda" and self.enabled)
         self.comm = CommLog(rank)
         self.timeline = Timeline(rank, model)
-        self.model, self._sync, self._t = model, False, {}
+        self.model, self._t = model, {}
         if not self.enabled:
             return
-        sync = device.type == "cuda"
-        self.model = model
-        self.comm = CommLog(rank, sync_cuda=sync).install()
-        self.timeline = Timeline(rank, model, sync_cuda=sync).install()
-        self._sync = sync
-        self._t = {}
+        self.comm = CommLog(rank, clock=self.clock).install()
+        self.timeline = Timeline(rank, model, clock=self.clock).install()
 
-    def _now(self) -> float:
-        if self._sync:
-            torch.cuda.synchronize()
-        return time.time()
+    def _now(self):
+        return self.clock.stamp()
 
     def begin(self, iteration: int) -> None:
+        self.clock.anchor()  # settles the previous iteration's stamps (one synchronisation)
         self.timeline.iteration = iteration
         self.comm.begin(iteration, "forward_backward")
         self._t = {"forward_backward": self._now()}
@@ -72,7 +69,7 @@ class Instruments:
         """Gather every rank's records to rank 0 (a collective: all ranks call it)."""
         if not self.enabled:
             return
-
+        self.clock.settle()
         comm = gather_to_rank0(self.comm.records)
         events = gather_to_rank0(self.timeline.events + self.comm.events)
         if dist.get_rank() != 0:

@@ -7,13 +7,13 @@ timing wrappers. The forward wrapper also counts the activation bytes autograd s
 backward pass of that microbatch (torch.autograd.graph.saved_tensors_hooks; parameters and
 duplicate views of one storage are not counted): the number sequence parallelism shrinks.
 
-Times are `time.time()`, comparable between the ranks of one host. On GPU each event ends with a
-device synchronisation, so the picture shows when kernels ran (slower, but honest)."""
+Times are wall-clock seconds, comparable between the ranks of one host. On GPU they say when the
+device ran the microbatch's kernels (CUDA events, `clock.py`), without synchronising per event."""
 from __future__ import annotations
 
-import time
-
 import torch
+
+from helpers.runtime.measure.clock import Clock
 
 
 class _SavedBytes:
@@ -43,11 +43,11 @@ class _SavedBytes:
 
 
 class Timeline:
-    def __init__(self, rank: int, model: list, sync_cuda: bool = False):
+    def __init__(self, rank: int, model: list, clock: Clock | None = None):
         self.rank = rank
         self.events: list[dict] = []
         self.iteration = 0
-        self._sync = sync_cuda
+        self.clock = clock or Clock(cuda=False)
         self._param_ptrs = {p.untyped_storage().data_ptr() for chunk in model for p in chunk.parameters()}
         for chunk in model:  # Megatron DDP's gradient buffers are not activations either
             for buf in list(getattr(chunk, "buffers", [])) + list(getattr(chunk, "expert_parallel_buffers", [])):
@@ -55,13 +55,10 @@ class Timeline:
         self._pending: dict[int, tuple[int, int]] = {}  # id(output) -> (chunk, microbatch)
         self._fifo: list[tuple[int, int]] = []
 
-    def _now(self) -> float:
-        if self._sync:
-            torch.cuda.synchronize()
-        return time.time()
-
-    def mark(self, kind: str, t0: float, t1: float, **extra) -> None:
-        self.events.append({"rank": self.rank, "iteration": self.iteration, "kind": kind, "t0": t0, "t1": t1, **extra})
+    def mark(self, kind: str, t0, t1, **extra) -> None:
+        """t0/t1: stamps of `self.clock` (floats on CPU, CUDA events settled once per iteration)."""
+        self.events.append(self.clock.keep({"rank": self.rank, "iteration": self.iteration, "kind": kind,
+                                            "t0": t0, "t1": t1, **extra}))
 
     def install(self) -> "Timeline":
         from megatron.core.pipeline_parallel import schedules
@@ -73,10 +70,10 @@ class Timeline:
             chunk = kwargs.get("vp_stage") or 0
             mb = kwargs.get("current_microbatch")
             saved = _SavedBytes(tl._param_ptrs)
-            t0 = tl._now()
+            t0 = tl.clock.stamp()
             with torch.autograd.graph.saved_tensors_hooks(saved.pack, saved.unpack):
                 out = forward(*args, **kwargs)
-            t1 = tl._now()
+            t1 = tl.clock.stamp()
             tl.mark("F", t0, t1, chunk=chunk, microbatch=mb, saved_bytes=saved.total)
             tl._pending[id(out[0])] = (chunk, mb)
             tl._fifo.append((chunk, mb))
@@ -88,9 +85,9 @@ class Timeline:
                 where = tl._fifo[0]
             if where in tl._fifo:
                 tl._fifo.remove(where)
-            t0 = tl._now()
+            t0 = tl.clock.stamp()
             out = backward(input_tensor, output_tensor, output_tensor_grad, config, *args, **kwargs)
-            t1 = tl._now()
+            t1 = tl.clock.stamp()
             chunk, mb = where or (0, None)
             tl.mark("B", t0, t1, chunk=chunk, microbatch=mb)
             return out
