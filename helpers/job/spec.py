@@ -16,6 +16,8 @@ from helpers.job.tokenizer import NAMES as TOKENIZERS
 
 DATA_KINDS = ("synthetic", "wikitext", "sft")
 ATTENTION_KINDS = ("sdpa", "megatron_local")
+PRECISIONS = ("auto", "fp32", "bf16", "fp8")
+FP8_RECIPES = ("tensorwise", "rowwise")  # helpers/precision/fp8_matmul.py
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,11 @@ class JobSpec(ParallelSizes):
     eval_iters: int = knob(2, "global batches per validation and per test pass")
     # ---- where and how
     device: str = knob("auto", "auto = cuda when a GPU is visible, else cpu", choices=("auto", "cpu", "cuda"))
-    precision: str = knob("auto", "auto = fp32 on cpu, bf16 on cuda", choices=("auto", "fp32", "bf16"))
+    precision: str = knob("auto", "auto = fp32 on cpu, bf16 on cuda; fp8 = bf16 weights and activations with every "
+                          "transformer linear's GEMMs in FP8 (a GPU of compute capability >= 8.9; local backend: the "
+                          "kit's FP8 linears on torch._scaled_mm, te: Transformer Engine's FP8)", choices=PRECISIONS)
+    fp8_recipe: str = knob("tensorwise", "FP8 scaling with precision=fp8: tensorwise (one scale per tensor) or "
+                           "rowwise (one per row; Hopper and newer, local backend)", choices=FP8_RECIPES)
     seed_checkpoint: bool = knob(True, "start from the cached world-size-1 seed checkpoint (same weights in "
                                  "every layout); off = each layout's own random init")
     name: str | None = knob(None, "run-directory prefix; none = <model>-<layout>")
@@ -79,6 +85,11 @@ class JobSpec(ParallelSizes):
                            "(eval.json); no training")
 
     # ---- what other modules ask of a spec ---------------------------------------------
+    @property
+    def bf16(self) -> bool:
+        """Weights and activations in bf16: bf16 jobs and fp8 ones (only their GEMMs run in FP8)."""
+        return self.precision in ("bf16", "fp8")
+
     def layout_record(self) -> dict:
         """The layout as recorded in manifest.json and in every checkpoint's kit record (a
         checkpoint resumed in an equal layout also restores each rank's RNG state)."""

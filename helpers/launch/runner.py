@@ -20,11 +20,11 @@ from helpers.errors import CheckpointError, DataNotFound, InvalidJob, InvalidLay
 from helpers.job import backend, data_source, hf_model, models, paths
 from helpers.job.layout import Layout
 from helpers.job.spec import JobSpec
-from helpers.launch import torchrun
+from helpers.launch import precision_check, torchrun
 from helpers.rundir import checkpoint_dir, names
 from helpers.rundir.reader import RunDir
 
-PRECISIONS = ("fp32", "bf16")
+PRECISIONS = ("fp32", "bf16", "fp8")
 
 
 # ---- deciding and checking ---------------------------------------------------------------------
@@ -103,6 +103,7 @@ def validate(spec: JobSpec) -> None:
     if spec.device == "cuda":  # the memory plan: warn, do not refuse
         from helpers.memory.fit import warn_if_over_device
         warn_if_over_device(spec)
+    precision_check.check(spec, model_of(spec))
     check_checkpoint_request(spec)
 
 
@@ -182,12 +183,13 @@ def write_manifest(run_dir: Path, spec: JobSpec, data: dict | None) -> None:
 def seed_checkpoint(spec: JobSpec) -> Path:
     """The cached world-size-1 checkpoint for this model, seed and precision; built on first use."""
     model = model_of(spec)
-    key = json.dumps([model.to_dict(), spec.seed, spec.precision, versions()["megatron-core"]], sort_keys=True)
-    path = paths.cache_dir() / "seed-checkpoints" / f"{model.name}-seed{spec.seed}-{spec.precision}-" \
+    weights = "bf16" if spec.bf16 else spec.precision  # fp8 jobs keep bf16 weights: bf16's seed, the same start
+    key = json.dumps([model.to_dict(), spec.seed, weights, versions()["megatron-core"]], sort_keys=True)
+    path = paths.cache_dir() / "seed-checkpoints" / f"{model.name}-seed{spec.seed}-{weights}-" \
         f"{hashlib.sha256(key.encode()).hexdigest()[:10]}"
     if (path / checkpoint_dir.SEED_MARKER).exists():
         return path
-    seed_spec = dataclasses.replace(spec, tp=1, pp=1, vpp=None, cp=1, ep=1, etp=None, sp=False,
+    seed_spec = dataclasses.replace(spec, precision=weights, tp=1, pp=1, vpp=None, cp=1, ep=1, etp=None, sp=False,
                                     dist_opt=False, nproc=1, iters=0, seed_checkpoint=False,
                                     first_stage_layers=None, last_stage_layers=None, global_batch=None,
                                     data="synthetic", save_interval=None, load_dir=None, eval_only=False,

@@ -102,7 +102,33 @@ def layer_activation(model: ModelPreset, lay: Layout, tr: Training, i: int) -> t
         saved += _mlp_act(model, model.expert_ffn, routed, lay.expert_tp, B) + routed * h * B  # + unpermute input
         if model.moe_shared_expert_intermediate_size:
             saved += _mlp_act(model, model.moe_shared_expert_intermediate_size, T, tp, B)
+    if tr.precision == "fp8" and lay.backend == "local" and kind in ("dense", "moe", "*"):
+        saved, transient = _local_fp8(model, lay, tr, kind, T, Th, saved, transient)
     return saved, transient
+
+
+def _local_fp8(model, lay, tr, kind, T, Th, saved, transient) -> tuple[float, float]:
+    """The kit's FP8 linears (helpers/precision/fp8_matmul.py) instead of bf16 GEMMs.
+    Tensorwise keeps each linear's input in FP8 (1 byte) instead of bf16: QKV and FC1 inputs (norm
+    outputs nothing else keeps), the projection's input (the head-merged copy; SDPA keeps its own
+    output regardless) and FC2's (the activation's output); under SP the gathered input. Rowwise
+    keeps the bf16 input as bf16 does (its weight gradient re-quantises it per feature). Backward
+    holds one GEMM's quantised operands at a time: the output gradient and the weight in FP8 with
+    their transposes and the input's transpose (1 byte each), the widest linear's."""
+    B, h, tp = tr.act_bytes, model.hidden_size, lay.tp
+    d = model.kv_channels or h // model.num_attention_heads
+    q_w = model.num_attention_heads * d // tp
+    qkv_w = (model.num_attention_heads + 2 * model.kv_heads) * d // tp
+    f = model.ffn_hidden_size // tp * (2 if model.activation == "swiglu" else 1)
+    f_in = model.ffn_hidden_size // tp
+    if tr.fp8_recipe == "tensorwise" and not model.multi_latent_attention:
+        saved += T * h * 1 - Th * h * B  # QKV input
+        saved += T * q_w * (1 - B)  # projection input
+        if kind != "moe":  # the dense MLP's linears (MoE experts stay bf16)
+            saved += T * h * 1 - Th * h * B + T * f_in * (1 - B)  # FC1 input, FC2 input
+    widest = [(qkv_w, h), (h, q_w)] + ([(f, h), (h, f_in)] if kind != "moe" else [])
+    fp8_transient = max(2 * T * n + 2 * n * k + T * k for n, k in widest)
+    return saved, max(transient, fp8_transient)
 
 
 def in_flight(lay: Layout, stage: int) -> int:

@@ -181,7 +181,7 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
             "comm_buffers": groups * NCCL_PER_GROUP if lay.world_size > 1 else 0,
             "workspace": workspace,
         }
-        if tr.precision == "fp8":  # TE keeps an fp8 copy and its transpose of every GEMM weight
+        if tr.precision == "fp8" and lay.backend == "te":  # TE keeps an fp8 copy and its transpose of every GEMM weight
             terms["workspace"] += 2 * static.params
         stages.append(StagePlan(stage, label, layers[stage], static.params, n_expert, n_flight,
                                 {k: int(v) for k, v in terms.items()}, static))

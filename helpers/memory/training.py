@@ -9,7 +9,8 @@ GiB = 2**30
 
 @dataclass(frozen=True)
 class Training:
-    precision: str = "bf16"  # bf16 | fp8 | fp32 (fp8: Transformer Engine's fp8 GEMMs, bf16 weights)
+    precision: str = "bf16"  # bf16 | fp8 | fp32 (fp8: FP8 GEMMs, bf16 weights; TE's or the kit's local ones)
+    fp8_recipe: str = "tensorwise"  # the kit's local FP8 linears (helpers/precision/fp8_matmul.py)
     dist_opt: bool = False  # distributed optimizer: main params and Adam states sharded over DP
     recompute: str = "none"  # none | selective (attention core) | full (each layer's input only)
     grad_reduce_in_fp32: bool = True  # the kit's DDP setting (helpers/runtime/build.py)
@@ -36,5 +37,5 @@ class Training:
     def of(cls, spec) -> "Training":
         """The Training a JobSpec runs with (precision resolved: auto means bf16 on GPU, fp32 on CPU)."""
         precision = spec.precision if spec.precision != "auto" else ("fp32" if spec.device == "cpu" else "bf16")
-        return cls(precision=precision, dist_opt=spec.dist_opt, attention=spec.attention,
+        return cls(precision=precision, fp8_recipe=spec.fp8_recipe, dist_opt=spec.dist_opt, attention=spec.attention,
                    fused_cross_entropy=spec.device != "cpu")

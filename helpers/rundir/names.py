@@ -16,6 +16,7 @@ REPORT = "report.json"  # the smoke-test report card (eight checks)
 VALIDATION = "validation.jsonl"  # validation/test passes (real data)
 EVAL = "eval.json"  # eval_only: each checkpoint's loss in this layout vs the saving job's
 HF_PARITY = "hf_parity.json"  # hf_parity_layouts: per layout, logits vs transformers and the export check
+LINEAR_TENSORS = "linear_tensors.pt"  # KIT_CAPTURE_TENSORS=N: layer 0's GEMM operands at iteration N (rank 0)
 RESUMED = "resumed.json"  # the checkpoint a resumed job started from
 CHECKPOINTS = "checkpoints"  # default save_dir
 LOGS = "logs"

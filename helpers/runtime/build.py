@@ -59,7 +59,19 @@ def job_fields(spec: JobSpec, on_cpu: bool, bf16: bool) -> dict:
         persist_layer_norm=False,
         moe_grouped_gemm=False,
         moe_permute_fusion=False,
+        **te_fp8_fields(spec),
     )
+
+
+def te_fp8_fields(spec: JobSpec) -> dict:
+    """precision='fp8' with backend='te': Megatron's own FP8 path, which is Transformer Engine's
+    (e4m3 forward, e5m2 gradients = "hybrid"; current tensorwise scaling). A thin switch: TE cannot
+    be installed on this kit's machines, so it has not run here. On the local backend the config
+    keeps fp8 unset (Megatron would ignore it without TE) and the kit's FP8 linears come in
+    through the layer spec (layer_specs.py, fp8_linear.py)."""
+    if spec.precision != "fp8" or spec.backend != "te":
+        return {}
+    return dict(fp8="hybrid", fp8_recipe=spec.fp8_recipe)
 
 
 def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bool) -> TransformerConfig:
@@ -134,13 +146,21 @@ def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
         chunks.append(GPTModel(
             config=config,
             transformer_layer_spec=(layer_specs.te_block_spec(config, vp) if te
-                                    else layer_specs.block_spec(config, vp, spec.attention)),
+                                    else layer_specs.block_spec(config, vp, spec.attention, local_fp8_recipe(spec))),
             pre_process=ps.is_pipeline_first_stage(ignore_virtual=False, vp_stage=vp),
             post_process=ps.is_pipeline_last_stage(ignore_virtual=False, vp_stage=vp),
             vp_stage=vp,
             **gpt_model_options(config, model, spec.seq_len),
         ))
+    if local_fp8_recipe(spec) and not any(getattr(m, "fp8_recipe", None) for c in chunks for m in c.modules()):
+        raise RuntimeError("precision='fp8' but no linear of this model took the kit's FP8 GEMMs "
+                           "(helpers/runtime/fp8_linear.py); refusing to train in bf16 instead")
     return chunks
+
+
+def local_fp8_recipe(spec: JobSpec) -> str | None:
+    """The kit's FP8 linears' recipe for a precision='fp8' job on the local backend, else None."""
+    return spec.fp8_recipe if spec.precision == "fp8" and spec.backend != "te" else None
 
 
 def wrap_ddp(config: TransformerConfig, chunks: list[torch.nn.Module], spec: JobSpec, device) -> list:

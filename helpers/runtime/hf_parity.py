@@ -100,7 +100,7 @@ def check_layout(spec: JobSpec, reference: torch.Tensor, ids: torch.Tensor, devi
                                  expert_model_parallel_size=spec.ep, expert_tensor_parallel_size=spec.expert_tp)
     model_parallel_cuda_manual_seed(spec.seed)
     bridge = hf_import.open_bridge(spec.hf_model)
-    config = hf_import.provider_config(bridge, spec, on_cpu=device.type == "cpu", bf16=spec.precision == "bf16")
+    config = hf_import.provider_config(bridge, spec, on_cpu=device.type == "cpu", bf16=spec.bf16)
     chunks = [chunk.to(device) for chunk in build.model_chunks(config, spec.model_preset(), spec)]
     hf_weights.load(bridge, chunks)
     if spec.load_dir:  # resharded into this layout by dist_checkpointing
@@ -149,7 +149,7 @@ def run(run_dir: Path, spec: JobSpec, device) -> None:
         check_export = case.pop("check_export", True)
         layout = dataclasses.replace(spec, **case)
         ids = tokens(layout, layout.model_preset().vocab_size)
-        bf16 = layout.precision == "bf16"
+        bf16 = layout.bf16
         reference = transformers_logits(layout.hf_model, ids, torch.bfloat16 if bf16 else torch.float32, device)
         truth = transformers_logits(layout.hf_model, ids, torch.float32, device) if bf16 else None
         record = check_layout(layout, reference, ids, device, check_export, truth)

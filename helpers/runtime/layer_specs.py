@@ -8,6 +8,7 @@ multi-latent attention. Replaced by the kit:
   * MLA's latent norms -> mla.LayerNormColumnParallelLinearForMLA (norm fused into the up
     projection; the local backend has no fused norm-linear), MLA itself -> mla.MLASelfAttentionTP
     (the K-RoPE gradient fix);
+  * precision='fp8': the attention and dense-MLP linears -> fp8_linear's (FP8 GEMMs, same comms);
   * core attention -> the kit's SDPACoreAttention (JobSpec.attention; always for MLA, whose k/v head
     sizes the local one refuses), under CP -> ContextParallelAttention (the local one refuses CP).
 Megatron-Core's `get_gpt_decoder_block_spec(use_transformer_engine=False)` does the per-layer choice
@@ -22,7 +23,7 @@ from megatron.core.transformer.transformer_block import (
 )
 from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
-from helpers.runtime import mla
+from helpers.runtime import fp8_linear, mla
 from helpers.runtime.attention.core import SDPACoreAttention
 from helpers.runtime.modules import ContextParallelAttention, SequenceParallelNorm
 
@@ -47,7 +48,7 @@ def core_attention(config, attention: str):
     return None
 
 
-def layer_spec(config, moe: bool, attention: str) -> ModuleSpec:
+def layer_spec(config, moe: bool, attention: str, fp8_recipe: str | None = None) -> ModuleSpec:
     use_mla = bool(getattr(config, "multi_latent_attention", False))
     spec = get_gpt_layer_local_spec(
         num_experts=config.num_moe_experts if moe else None, moe_grouped_gemm=False,
@@ -65,15 +66,18 @@ def layer_spec(config, moe: bool, attention: str) -> ModuleSpec:
     elif config.qk_layernorm:
         submodules.q_layernorm = SequenceParallelNorm
         submodules.k_layernorm = SequenceParallelNorm
+    if fp8_recipe:
+        fp8_linear.use_in(spec, fp8_recipe)
     return spec
 
 
-def block_spec(config, vp_stage: int | None, attention: str = "sdpa") -> TransformerBlockSubmodules:
+def block_spec(config, vp_stage: int | None, attention: str = "sdpa",
+               fp8_recipe: str | None = None) -> TransformerBlockSubmodules:
     """The layers this pipeline stage (and virtual stage) builds, each with its own spec
-    (`attention`: JobSpec.attention)."""
+    (`attention`: JobSpec.attention; `fp8_recipe`: the kit's FP8 linears, precision='fp8')."""
     offset = get_transformer_layer_offset(config, vp_stage=vp_stage)
     count = get_num_layers_to_build(config, vp_stage=vp_stage)
-    specs = [layer_spec(config, is_moe_layer(config, i), attention) for i in range(offset, offset + count)]
+    specs = [layer_spec(config, is_moe_layer(config, i), attention, fp8_recipe) for i in range(offset, offset + count)]
     return TransformerBlockSubmodules(layer_specs=specs, layer_norm=SequenceParallelNorm)
 
 

@@ -27,7 +27,7 @@ def build_model(spec: JobSpec, device, seed_out: Path | None):
     from helpers.runtime.checkpoint import io as checkpoint_io
 
     model_desc = spec.model_preset()
-    on_cpu, bf16 = device.type == "cpu", spec.precision == "bf16"
+    on_cpu, bf16 = device.type == "cpu", spec.bf16
     if spec.hf_model:  # the architecture and the weights come from the HF folder, in every layout
         from helpers.runtime import hf_import, hf_weights
         bridge = hf_import.open_bridge(spec.hf_model)
@@ -73,7 +73,12 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
 
     from helpers.runtime import evaluation, faults, gather, preflight, report, setup
     from helpers.runtime.checkpoint import policy as checkpoints
-    from helpers.runtime.measure import instruments, memory_stats, moe_stats
+    from helpers.runtime.measure import (
+        instruments,
+        linear_tensors,
+        memory_stats,
+        moe_stats,
+    )
     from helpers.runtime.measure.torch_profile import ProfileWindow
     from helpers.runtime.step import forward_step, global_loss, run_schedule
 
@@ -111,6 +116,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     metrics = writer.Metrics(run_dir, enabled=rank == 0)
     inst = instruments.Instruments(model, device)  # comm.jsonl, timeline.jsonl, ranks.json extras
     routers = moe_stats.RouterLog(model)  # moe.jsonl: tokens per expert, aux loss (MoE models)
+    captured = linear_tensors.install(model, rank)  # KIT_CAPTURE_TENSORS=N: GEMM operands (lesson 15)
     splits = prepared.build() if prepared else None  # Megatron's dataset builder (cache hit)
     evals = splits and evaluation.Evaluator(run_dir, spec, splits, model, device, dp_rank, rank)
     if evals:
@@ -128,6 +134,8 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         opt.zero_grad()
         inst.begin(it + 1)
         routers.begin(it + 1)
+        if captured:
+            captured.current = it + 1
         losses = run_schedule(model, data_iters, spec, partial(forward_step, device, scale), forward_only=False)
         with inst.paused():  # the kit's own loss sum is not Megatron's traffic
             loss = global_loss(losses, spec, device)
@@ -161,6 +169,8 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     memory_stats.write_device_peaks(run_dir, device)  # every rank's peak (metrics.jsonl: rank 0's)
     inst.finish(run_dir)
     routers.finish(run_dir)
+    if captured:
+        captured.write(run_dir)
     if evals:
         evals.test()
         card.evaluation(evals.records)

@@ -78,12 +78,12 @@ def bytes_by_op(run: RunDir, rank: int, axis: str, iteration: int | None = None)
 def activation_bytes(run: RunDir) -> int:
     """One microbatch's hidden states [seq, micro_batch, hidden] in the pipeline dtype."""
     spec, model = run.spec, run.manifest["model"]
-    elem = 2 if spec.precision == "bf16" else 4
+    elem = 2 if spec.bf16 else 4
     return spec.seq_len * spec.micro_batch * model["hidden_size"] * elem
 
 
 def param_element_size(run: RunDir) -> int:
-    return 2 if run.spec.precision == "bf16" else 4
+    return 2 if run.spec.bf16 else 4
 
 
 def expected_dp(run: RunDir, rank: int = 0) -> dict[str, int]:

@@ -87,7 +87,7 @@ def kv_bytes(run: RunDir) -> int:
     """The gathered (full-sequence) K or V of one layer and microbatch on one TP rank:
     seq_len x micro_batch x (query groups / TP) x head dim x element size."""
     spec, model = run.spec, run.manifest["model"]
-    elem = 2 if spec.precision == "bf16" else 4
+    elem = 2 if spec.bf16 else 4
     head_dim = model["kv_channels"] or model["hidden_size"] // model["num_attention_heads"]
     groups = model["num_query_groups"] or model["num_attention_heads"]
     return spec.seq_len * spec.micro_batch * (groups // spec.tp) * head_dim * elem

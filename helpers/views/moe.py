@@ -94,7 +94,7 @@ def expected_alltoall_bytes(run: RunDir, rank: int, iteration: int = 1) -> int:
     if spec.expert_tp != 1:
         raise ValueError("the formula covers ETP=1 (with ETP>1 the dispatcher also all-gathers over ETP)")
     hidden = model["hidden_size"]
-    elem = 2 if spec.precision == "bf16" else 4
+    elem = 2 if spec.bf16 else 4
     ep_group = run.groups[rank]["ep"]
     mine = ep_group.index(rank)
     per_rank = model["num_experts"] // spec.ep

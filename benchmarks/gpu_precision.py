@@ -1,0 +1,188 @@
+"""Precision on one GPU: the kit's FP8 training (precision='fp8', helpers/runtime/fp8_linear.py)
+against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocation.
+
+  1. the FP8 GEMMs themselves: `torch._scaled_mm` (tensorwise, rowwise) against the same code with
+     _scaled_mm replaced by its definition, on one FC1-shaped GEMM (forward, dgrad, wgrad), and
+     their time next to bf16's;
+  2. training: bf16, fp8 tensorwise and fp8 rowwise jobs (helpers.launch.run) from the same
+     initial weights on WikiText-2 (GPT-2 tokenizer): tokens/s, MFU over the dense bf16 peak,
+     peak memory, loss curves and the relative gap of the final loss (mean of the last 10
+     iterations); the planner's peak next to the measured one;
+  3. recipes on real tensors: layer 0's GEMM operands captured from the bf16 run
+     (KIT_CAPTURE_TENSORS), quantised by every recipe of helpers/precision/recipes.py (MXFP8 emulated).
+
+    KIT_DATA_DIR=<folder with wikitext-2-raw-v1/ and tokenizers/gpt2/> \\
+    python benchmarks/gpu_precision.py --out DIR [--iters 200] [--global-batch 8] [--rowwise-iters 30]
+"""
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from helpers import launch  # noqa: E402
+from helpers.job.flops import mfu  # noqa: E402
+from helpers.memory.vs_measured import peak_rows  # noqa: E402
+
+MODEL = dict(num_layers=24, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192,
+             vocab_size=50304, max_seq_len=2048)
+SEQ, MICRO = 2048, 4
+PEAK_BF16 = 989e12  # H100/H200 dense bf16, datasheet
+WARMUP = 3
+
+
+def gemm_check(m=8192, k=2048, n=8192) -> dict:
+    import torch
+
+    from helpers.precision import fp8_matmul
+
+    def emulated(a, b, scale_a, scale_b, out_dtype):
+        return ((a.float() * scale_a) @ (b.float() * scale_b)).to(out_dtype)
+
+    def run(fn, x, w, dy):
+        x = x.detach().requires_grad_()
+        w = w.detach().requires_grad_()
+        y = fn(x, w)
+        y.backward(dy)
+        return y, x.grad, w.grad
+
+    def timed(fn, x, w, dy, reps=20):
+        for _ in range(3):
+            run(fn, x, w, dy)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            run(fn, x, w, dy)
+        end.record()
+        torch.cuda.synchronize()
+        return start.elapsed_time(end) / reps / 1e3
+
+    torch.manual_seed(0)
+    x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
+    dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16) * 1e-3
+    flops = 3 * 2 * m * n * k
+    out = {"shape": [m, k, n], "bf16_s": timed(lambda a, b: a @ b.t(), x, w, dy)}
+    out["bf16_tflops"] = flops / out["bf16_s"] / 1e12
+    for recipe in ("tensorwise", "rowwise"):
+        real = run(lambda a, b: fp8_matmul.fp8_matmul(a, b, recipe), x, w, dy)
+        saved, fp8_matmul.scaled_mm = fp8_matmul.scaled_mm, emulated
+        try:
+            ref = run(lambda a, b: fp8_matmul.fp8_matmul(a, b, recipe), x, w, dy)
+        finally:
+            fp8_matmul.scaled_mm = saved
+        exact = run(lambda a, b: a @ b.t(), x, w, dy)
+        diff = {name: float((r.float() - e.float()).abs().max() / e.float().abs().max())
+                for name, r, e in zip(("forward", "dgrad", "wgrad"), real, ref)}
+        vs_bf16 = {name: float((r.float() - e.float()).norm() / e.float().norm())
+                   for name, r, e in zip(("forward", "dgrad", "wgrad"), real, exact)}
+        t = timed(lambda a, b: fp8_matmul.fp8_matmul(a, b, recipe), x, w, dy)
+        out[recipe] = {"max_rel_diff_vs_emulation": diff, "rel_error_vs_bf16": vs_bf16, "s": t,
+                       "tflops_incl_quantisation": flops / t / 1e12, "speedup_vs_bf16": out["bf16_s"] / t}
+    return out
+
+
+def train(precision: str, recipe: str, iters: int, gbs: int, out: Path, capture: int | None = None) -> dict:
+    env = {"NCCL_NVLS_ENABLE": "0"}
+    if capture:
+        env["KIT_CAPTURE_TENSORS"] = str(capture)
+    t0 = time.time()
+    run = launch.run(model="tiny-gpt", model_overrides=MODEL, seq_len=SEQ, micro_batch=MICRO, global_batch=gbs,
+                     iters=iters, lr=3e-4, device="cuda", precision=precision, fp8_recipe=recipe,
+                     data="wikitext", tokenizer="gpt2", seed_checkpoint=False, out=str(out / "runs"),
+                     progress=False, timeout_s=420, env=env)
+    steps = [m["step_time_s"] for m in run.metrics]
+    step = statistics.median(steps[WARMUP:] or steps)
+    peaks = json.loads((run.path / "device_memory.json").read_text())
+    plan = peak_rows(run.spec, peaks)[0]
+    model = run.spec.model_preset()
+    return {"precision": precision, "recipe": recipe if precision == "fp8" else None, "iters": iters,
+            "global_batch": gbs, "step_time_s": step, "tokens_per_s": gbs * SEQ / step,
+            "mfu_vs_bf16_peak": mfu(gbs * SEQ / step, model, SEQ, PEAK_BF16), "losses": run.losses,
+            "final_loss_mean10": statistics.mean(run.losses[-10:]),
+            "max_allocated_bytes": peaks["0"]["mem_max_allocated_bytes"],
+            "planned_bytes": plan["planned"], "plan_error": plan["error"],
+            "fp8_linears": next(c["evidence"].get("fp8_linears") for c in run.report["checks"] if c["name"] == "model"),
+            "wall_s": time.time() - t0, "run_dir": str(run.path)}
+
+
+def recipes_on(path: Path) -> dict:
+    import torch
+
+    from helpers.precision import recipes
+    tensors = torch.load(path)
+    out = {}
+    for name, rec in tensors.items():
+        for kind in ("input", "grad_output", "weight"):
+            if kind not in rec:
+                continue
+            t = rec[kind].cuda().float()
+            fmt = "e5m2" if kind == "grad_output" else "e4m3"
+            out[f"{name.split('.')[-1]}.{kind}"] = {
+                r: recipes.errors(t, recipes.quantize(t, r, fmt)) for r in recipes.RECIPES}
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--global-batch", type=int, default=8)
+    ap.add_argument("--rowwise-iters", type=int, default=30)
+    ap.add_argument("--skip", default="", help="comma list of gemm,bf16,tensorwise,rowwise,recipes")
+    args = ap.parse_args()
+    import torch
+
+    from helpers.precision import hardware
+    args.out.mkdir(parents=True, exist_ok=True)
+    skip = set(args.skip.split(","))
+    res = {"gpu": torch.cuda.get_device_name(0), "support": hardware.this_device().message(),
+           "command": " ".join(sys.argv), "torch": torch.__version__}
+
+    def save():
+        (args.out / "results.json").write_text(json.dumps(res, indent=1))
+
+    def attempt(key, fn, *a, **kw):
+        t0 = time.time()
+        try:
+            res[key] = fn(*a, **kw)
+            r = res[key]
+            brief = {k: r[k] for k in ("tokens_per_s", "mfu_vs_bf16_peak", "final_loss_mean10", "max_allocated_bytes",
+                                       "planned_bytes", "fp8_linears") if isinstance(r, dict) and k in r}
+            print(f"{key} ({time.time() - t0:.0f} s): {json.dumps(brief) if brief else json.dumps(r)[:3000]}", flush=True)
+        except Exception as e:  # keep going: one failure should not hide the other measurements
+            res[key] = {"error": str(e)[-3000:]}
+            print(f"{key}: FAILED {str(e)[-2000:]}", flush=True)
+        save()
+
+    print(res["gpu"], "|", res["support"], flush=True)
+    if "gemm" not in skip:
+        attempt("gemm", gemm_check)
+    if "bf16" not in skip:
+        attempt("bf16", train, "bf16", "tensorwise", args.iters, args.global_batch, args.out, capture=args.iters // 2)
+    if "tensorwise" not in skip:
+        attempt("fp8_tensorwise", train, "fp8", "tensorwise", args.iters, args.global_batch, args.out)
+    if "rowwise" not in skip and args.rowwise_iters:
+        attempt("fp8_rowwise", train, "fp8", "rowwise", args.rowwise_iters, args.global_batch, args.out)
+    b, f = res.get("bf16", {}), res.get("fp8_tensorwise", {})
+    if "tokens_per_s" in b and "tokens_per_s" in f:
+        res["speedup_tensorwise"] = f["tokens_per_s"] / b["tokens_per_s"]
+        res["final_loss_gap_tensorwise"] = f["final_loss_mean10"] / b["final_loss_mean10"] - 1
+        print(f"fp8 tensorwise / bf16: {res['speedup_tensorwise']:.3f}x tokens/s; final loss gap "
+              f"{res['final_loss_gap_tensorwise']:+.4%}", flush=True)
+    r = res.get("fp8_rowwise", {})
+    if "tokens_per_s" in b and "tokens_per_s" in r:
+        res["speedup_rowwise"] = r["tokens_per_s"] / b["tokens_per_s"]
+        print(f"fp8 rowwise / bf16: {res['speedup_rowwise']:.3f}x tokens/s", flush=True)
+    captured = Path(b.get("run_dir", "")) / "linear_tensors.pt"
+    if "recipes" not in skip and captured.exists():
+        attempt("recipes_on_layer0", recipes_on, captured)
+    save()
+
+
+if __name__ == "__main__":
+    main()

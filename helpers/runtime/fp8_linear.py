@@ -1,0 +1,95 @@
+"""FP8 training on the local backend (no Transformer Engine): Megatron-Core's column- and
+row-parallel linears with their local GEMM replaced by the kit's FP8 GEMMs
+(helpers/precision/fp8_matmul.py, on `torch._scaled_mm`).
+
+Only `_forward_impl` is overridden, the method Megatron's linears call for the local matrix
+multiply (`linear_with_grad_accumulation_and_async_allreduce`). Everything around it stays
+Megatron's: weights, initialisation, sharding, checkpoints, the output all-reduce or
+reduce-scatter of the row-parallel linear. The communication Megatron's GEMM function does inside
+itself is done here with Megatron's own autograd mappings, the same collectives on the same
+group: sequence parallel gathers the input over TP in forward and reduce-scatters its gradient in
+backward (`gather_from_sequence_parallel_region`); without SP a column-parallel linear all-reduces
+its input gradient (`copy_to_tensor_model_parallel_region`). One difference: Megatron overlaps
+those backward collectives with the weight-gradient GEMM (async handles); here they run after it.
+
+Which linears: every ColumnParallelLinear/RowParallelLinear of the attention and dense MLP blocks
+(QKV, output projection, FC1, FC2). The embedding, the output layer (logits), core attention,
+norms, MoE experts and the router stay bf16, as in Transformer Engine's FP8 recipes, where the
+output layer and attention's softmax are not FP8 either."""
+from __future__ import annotations
+
+from functools import cache, partial
+
+from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+from megatron.core.tensor_parallel.mappings import (
+    copy_to_tensor_model_parallel_region,
+    gather_from_sequence_parallel_region,
+)
+
+from helpers.precision.fp8_matmul import fp8_matmul
+
+
+def local_fp8_linear(recipe, input, weight, bias, gradient_accumulation_fusion, allreduce_dgrad,
+                     sequence_parallel, tp_group=None, **_unused):
+    """Megatron's `linear_with_grad_accumulation_and_async_allreduce` contract with FP8 GEMMs.
+    (The deferred embedding-wgrad buffers and GTP it also takes are not used by these linears.)"""
+    if gradient_accumulation_fusion:
+        raise RuntimeError("precision='fp8' (the kit's FP8 linears) needs gradient_accumulation_fusion=False "
+                           "(the kit's config sets it; it needs apex's fused wgrad kernel)")
+    if sequence_parallel:
+        input = gather_from_sequence_parallel_region(input, tensor_parallel_output_grad=True, group=tp_group)
+    elif allreduce_dgrad:
+        input = copy_to_tensor_model_parallel_region(input, group=tp_group)
+    output = fp8_matmul(input, weight, recipe)
+    return output + bias if bias is not None else output
+
+
+@cache
+def linears(recipe: str) -> tuple[type, type]:
+    """(column-parallel, row-parallel) classes whose local GEMM runs FP8 with `recipe`."""
+
+    class FP8ColumnParallelLinear(ColumnParallelLinear):
+        fp8_recipe = recipe
+
+        def _forward_impl(self, input, weight, *args, **kwargs):
+            return local_fp8_linear(self.fp8_recipe, input, weight, *args, **kwargs)
+
+    class FP8RowParallelLinear(RowParallelLinear):
+        fp8_recipe = recipe
+
+        def _forward_impl(self, input, weight, *args, **kwargs):
+            return local_fp8_linear(self.fp8_recipe, input, weight, *args, **kwargs)
+
+    return FP8ColumnParallelLinear, FP8RowParallelLinear
+
+
+def dense_mlp_submodules(mlp):
+    """The MLPSubmodules of a dense MLP in a layer spec (Megatron 0.19 writes it as a partial of
+    `MLP.as_mlp_submodule`, older versions as a ModuleSpec), or None for MoE and anything else."""
+    from megatron.core.transformer.mlp import MLP
+    from megatron.core.transformer.spec_utils import ModuleSpec
+
+    if isinstance(mlp, partial) and getattr(mlp.func, "__self__", None) is MLP:
+        return mlp.keywords.get("submodules")
+    if isinstance(mlp, ModuleSpec) and mlp.module is MLP:
+        return mlp.submodules
+    return None
+
+
+def use_in(layer_spec, recipe: str) -> int:
+    """Swap the FP8 linears into a local-spec transformer layer (attention and a dense MLP; an
+    MoE layer's experts stay bf16). Returns how many linears were swapped. Each call of
+    get_gpt_layer_local_spec returns fresh submodule objects, so changing them in place is safe."""
+    column, row = linears(recipe)
+    swapped = 0
+    blocks = [layer_spec.submodules.self_attention.submodules, dense_mlp_submodules(layer_spec.submodules.mlp)]
+    for sub in filter(None, blocks):
+        for name in ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"):
+            current = getattr(sub, name, None)
+            if current is ColumnParallelLinear:
+                setattr(sub, name, column)
+                swapped += 1
+            elif current is RowParallelLinear:
+                setattr(sub, name, row)
+                swapped += 1
+    return swapped

@@ -1,0 +1,80 @@
+"""The FP8 linear's GEMMs (helpers/precision/fp8_matmul.py) against a reference built from the
+recipes' own quantise/dequantise: forward, input gradient and weight gradient equal the exact
+product of the dequantised operands up to the bf16 rounding of the output, for both recipes.
+Tensorwise runs torch's real `_scaled_mm` (its CPU kernel takes per-tensor scales); rowwise runs
+the same code with `_scaled_mm` replaced by its definition, (a*scale_a) @ (b*scale_b), since the
+CPU kernel refuses row scales (the GPU run compares the real one: benchmarks/gpu_precision.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers.precision import fp8_matmul, recipes
+
+BF16_ULP = 2.0 ** -8  # bf16 output rounding, relative
+
+
+def emulated_scaled_mm(a, b, scale_a, scale_b, out_dtype):
+    return ((a.float() * scale_a) @ (b.float() * scale_b)).to(out_dtype)
+
+
+def operands(seed=0):
+    torch.manual_seed(seed)
+    x = torch.randn(2, 24, 64).mul(torch.logspace(-1, 1, 64)).to(torch.bfloat16).requires_grad_()
+    w = (torch.randn(48, 64) * 0.05).to(torch.bfloat16).requires_grad_()
+    dy = torch.randn(2, 24, 48).to(torch.bfloat16)
+    return x, w, dy
+
+
+def deq(t, recipe, fmt, dim=-1):
+    q = recipes.tensorwise(t, fmt) if recipe == "tensorwise" else recipes.rowwise(t, fmt, dim=dim)
+    return q.dequantize()
+
+
+def reference(x, w, dy, recipe):
+    """What each GEMM must compute: exact products of the operands as the recipe quantises them."""
+    x2, dy2, g = x.detach().reshape(-1, 64), dy.reshape(-1, 48), fp8_matmul.GRAD_FORMAT[recipe]
+    y = deq(x2, recipe, "e4m3") @ deq(w.detach(), recipe, "e4m3").t()
+    dx = deq(dy2, recipe, g) @ deq(w.detach(), recipe, "e4m3", dim=0)
+    dw = deq(dy2, recipe, g, dim=0).t() @ deq(x2, recipe, "e4m3", dim=0)
+    return y, dx, dw
+
+
+def close_to(got, want):
+    """Within one bf16 rounding of the exact result (plus fp32 summation-order noise)."""
+    err = (got.float() - want).abs()
+    return bool((err <= BF16_ULP * want.abs() + 1e-5 * want.abs().max()).all())
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_every_gemm_equals_the_dequantised_product(recipe, monkeypatch):
+    if recipe == "rowwise":
+        monkeypatch.setattr(fp8_matmul, "scaled_mm", emulated_scaled_mm)
+    x, w, dy = operands()
+    y = fp8_matmul.fp8_matmul(x, w, recipe)
+    y.backward(dy)
+    y_ref, dx_ref, dw_ref = reference(x, w, dy, recipe)
+    assert y.dtype == x.grad.dtype == w.grad.dtype == torch.bfloat16
+    assert y.shape == (2, 24, 48) and x.grad.shape == x.shape and w.grad.shape == w.shape
+    assert close_to(y.reshape(-1, 48), y_ref)
+    assert close_to(x.grad.reshape(-1, 64), dx_ref)
+    assert close_to(w.grad, dw_ref)
+
+
+def test_fp8_is_really_lower_precision_and_close_enough():
+    """The check above could pass with bf16 GEMMs if the reference were bf16 too: FP8's error
+    against the bf16 product is at e4m3's level (percent), not bf16's."""
+    x, w, dy = operands()
+    y = fp8_matmul.fp8_matmul(x, w, "tensorwise").detach().float()
+    exact = x.detach().float() @ w.detach().float().t()
+    rel = float((y - exact).norm() / exact.norm())
+    assert 4e-3 < rel < 6e-2, rel
+
+
+def test_no_weight_gradient_when_frozen_and_unknown_recipe_refused():
+    x, w, dy = operands()
+    w.requires_grad_(False)
+    fp8_matmul.fp8_matmul(x, w, "tensorwise").backward(dy)
+    assert x.grad is not None and w.grad is None
+    with pytest.raises(ValueError, match="unknown FP8 recipe"):
+        fp8_matmul.fp8_matmul(x, w, "mxfp8")

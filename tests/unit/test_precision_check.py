@@ -1,0 +1,92 @@
+"""precision='fp8' (helpers/launch/precision_check.py, helpers/precision/hardware.py): refused
+before any process starts on the CPU, on GPUs without FP8 tensor cores, for a recipe the GPU
+lacks and for GEMM shapes torch._scaled_mm cannot take; when it can run, the local backend's
+layer spec really holds the kit's FP8 linears (no silent bf16)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from helpers import launch
+from helpers.errors import InvalidJob
+from helpers.job.spec import JobSpec
+from helpers.launch import cli, precision_check, runner
+from helpers.precision import hardware
+
+HOPPER, ADA, AMPERE, BLACKWELL = (hardware.support(c) for c in [(9, 0), (8, 9), (8, 0), (10, 0)])
+
+
+def gpu_job(**kw) -> JobSpec:
+    return JobSpec(precision="fp8", device="cuda", backend="local", seq_len=64, **kw)
+
+
+def test_fp8_on_cpu_is_refused_before_anything_starts(tmp_path):
+    with pytest.raises(InvalidJob, match=r"precision='fp8' needs a GPU with FP8 tensor cores.*runs on cpu"):
+        launch.run(precision="fp8", device="cpu", out=str(tmp_path), progress=False)
+    assert not any(tmp_path.iterdir())  # no run directory, no seed checkpoint, no process
+
+
+@pytest.mark.parametrize("support, match", [
+    (AMPERE, r"compute capability 8.0 \(Ampere\): no FP8 tensor cores"),
+    (hardware.support((7, 0)), "Volta or older"),
+])
+def test_fp8_on_a_gpu_without_fp8_is_refused(support, match):
+    spec = gpu_job()
+    with pytest.raises(InvalidJob, match=match):
+        precision_check.check(spec, spec.model_preset(), support)
+
+
+def test_recipes_per_generation():
+    assert HOPPER.fp8_recipes == ("tensorwise", "rowwise") and not HOPPER.mxfp8
+    assert ADA.fp8_recipes == ("tensorwise",) and BLACKWELL.mxfp8
+    assert "no MXFP8 (Blackwell only" in HOPPER.message() and "MXFP8 in hardware" in BLACKWELL.message()
+    assert hardware.support(None).message().startswith("no GPU: no FP8 tensor cores")
+    spec = gpu_job(fp8_recipe="rowwise")
+    precision_check.check(spec, spec.model_preset(), HOPPER)  # runs
+    with pytest.raises(InvalidJob, match=r"fp8_recipe='rowwise' cannot run here.*Ada.*\['tensorwise'\]"):
+        precision_check.check(spec, spec.model_preset(), ADA)
+
+
+def test_shapes_scaled_mm_cannot_take_are_named():
+    spec = dataclasses.replace(gpu_job(), model_overrides={"hidden_size": 72, "num_attention_heads": 4,
+                                                           "ffn_hidden_size": 200})
+    with pytest.raises(InvalidJob, match=r"multiple of 16.*hidden_size = 72.*ffn_hidden_size / tp = 200"):
+        precision_check.check(spec, spec.model_preset(), HOPPER)
+
+
+def test_te_takes_only_tensorwise_and_other_precisions_pass():
+    spec = dataclasses.replace(gpu_job(fp8_recipe="rowwise"), backend="te")
+    with pytest.raises(InvalidJob, match="with backend='te' use fp8_recipe='tensorwise'"):
+        precision_check.check(spec, spec.model_preset(), HOPPER)
+    bf16 = JobSpec(precision="bf16", device="cpu")
+    precision_check.check(bf16, bf16.model_preset())  # nothing to check
+
+
+def test_cli_and_spec():
+    args = cli.parser().parse_args(["--precision", "fp8", "--fp8-recipe", "rowwise"])
+    assert (args.precision, args.fp8_recipe) == ("fp8", "rowwise")
+    assert JobSpec(precision="fp8").bf16 and JobSpec(precision="bf16").bf16 and not JobSpec(precision="fp32").bf16
+    with pytest.raises(InvalidJob, match="precision must be"):
+        runner.resolve(JobSpec(precision="fp16"))
+
+
+def test_fp8_job_swaps_the_transformer_linears():
+    """What the worker builds for a dense and an MoE layer: the four linears of attention and
+    the dense MLP become the kit's FP8 ones; the experts stay bf16; without fp8 nothing changes."""
+    from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+
+    from helpers.runtime import build, fp8_linear, layer_specs
+
+    spec = dataclasses.replace(gpu_job(), device="cpu")
+    config = build.transformer_config(spec.model_preset(), spec, on_cpu=True, bf16=True)
+    column, row = fp8_linear.linears("tensorwise")
+    dense = layer_specs.layer_spec(config, False, "sdpa", "tensorwise")
+    att, mlp = dense.submodules.self_attention.submodules, fp8_linear.dense_mlp_submodules(dense.submodules.mlp)
+    assert (att.linear_qkv, att.linear_proj, mlp.linear_fc1, mlp.linear_fc2) == (column, row, column, row)
+    assert issubclass(column, ColumnParallelLinear) and column.fp8_recipe == "tensorwise"
+    assert fp8_linear.use_in(layer_specs.layer_spec(config, False, "sdpa"), "rowwise") == 4
+    plain = layer_specs.layer_spec(config, False, "sdpa")
+    assert plain.submodules.self_attention.submodules.linear_qkv is ColumnParallelLinear
+    assert build.local_fp8_recipe(dataclasses.replace(spec, backend="te")) is None
+    assert build.te_fp8_fields(dataclasses.replace(spec, backend="te")) == {"fp8": "hybrid", "fp8_recipe": "tensorwise"}
