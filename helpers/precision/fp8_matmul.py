@@ -59,7 +59,7 @@ class FP8Matmul(torch.autograd.Function):
         if recipe not in RECIPES:
             raise ValueError(f"unknown FP8 recipe {recipe!r}; known: {', '.join(RECIPES)}")
         ctx.recipe, ctx.x_shape = recipe, x.shape
-        x2 = x.reshape(-1, x.shape[-1])
+        x2 = x.reshape(-1, x.shape[-1]).contiguous()  # _scaled_mm: row-major first operand
         if recipe == "tensorwise":
             xq, xs = quantize(x2, "e4m3")
             wq, ws = quantize(weight, "e4m3")
