@@ -4,7 +4,7 @@ memory planner and the run records treat an imported model like a preset. The wo
 weights through Megatron-Bridge (helpers/runtime/hf_import.py, hf_weights.py).
 
 Architectures: the ones the kit builds and tests on its local backend (tests/jobs/test_hf_import.py).
-Megatron-Bridge 0.6.2 registers more (Mistral, Gemma, GPT-OSS, Nemotron-H, ...); they are refused
+Megatron-Bridge 0.6.2 registers more (Mistral, Gemma, GPT-OSS, ...); they are refused
 here until the kit's builder is checked against them, rather than trained as a subtly different model."""
 from __future__ import annotations
 
@@ -20,7 +20,9 @@ ARCHITECTURES = {  # HF architecture -> what it exercises in the kit's builder
     "Qwen3ForCausalLM": "qk-norm, head_dim, tied embeddings",
     "Qwen3MoeForCausalLM": "routed experts, qk-norm",
     "DeepseekV2ForCausalLM": "multi-latent attention, shared experts, leading dense layers",
+    "NemotronHForCausalLM": "Mamba2/attention/MoE hybrid by layer pattern, squared-ReLU experts, sigmoid routing",
 }
+HYBRID_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}  # Megatron's hybrid_layer_pattern
 CONFIG = "config.json"
 WEIGHT_SUFFIXES = (".safetensors",)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
@@ -65,6 +67,8 @@ def config_hash(folder: str | Path) -> str:
 def describe(folder: str | Path) -> ModelPreset:
     """The imported model's architecture in the kit's terms (what the layout rules check)."""
     c = read_config(folder)
+    if c.get("model_type") == "nemotron_h":
+        return _describe_hybrid(folder, c)
     heads = c["num_attention_heads"]
     head_dim = c.get("head_dim")
     mla = c.get("model_type") == "deepseek_v2"
@@ -91,6 +95,32 @@ def describe(folder: str | Path) -> ModelPreset:
         kv_lora_rank=c.get("kv_lora_rank") if mla else None,
         qk_head_dim=c.get("qk_nope_head_dim") if mla else None,
         qk_pos_emb_head_dim=c.get("qk_rope_head_dim") if mla else None,
-        v_head_dim=c.get("v_head_dim") if mla else None,
+        v_head_dim=c.get("v_head_dim") if mla else None, built_from_hf=True,
+        source=f"Hugging Face folder {Path(folder).name} ({', '.join(c['architectures'])})",
+    )
+
+
+def _describe_hybrid(folder, c: dict) -> ModelPreset:
+    """Nemotron-H: one layer per entry of layers_block_type (or the older hybrid_override_pattern)."""
+    pattern = c.get("hybrid_override_pattern") or "".join(HYBRID_SYMBOLS[k] for k in c["layers_block_type"])
+    heads = c["num_attention_heads"]
+    head_dim = c.get("head_dim")
+    experts = c.get("n_routed_experts") if "E" in pattern else None
+    return ModelPreset(
+        name=Path(folder).expanduser().resolve().name,
+        num_layers=len(pattern), hidden_size=c["hidden_size"], num_attention_heads=heads,
+        ffn_hidden_size=c["intermediate_size"], vocab_size=c["vocab_size"],
+        num_query_groups=c.get("num_key_value_heads") or heads,
+        kv_channels=None if not head_dim or head_dim == c["hidden_size"] // heads else head_dim,
+        num_experts=experts, moe_router_topk=c.get("num_experts_per_tok") or 2,
+        moe_ffn_hidden_size=c.get("moe_intermediate_size") if experts else None,
+        moe_shared_expert_intermediate_size=(c.get("moe_shared_expert_intermediate_size") if experts else None),
+        num_shared_experts=(c.get("n_shared_experts") or 0) if experts else 0,
+        normalization="RMSNorm",
+        activation="squared_relu" if c.get("mlp_hidden_act", "relu2") == "relu2" else c.get("mlp_hidden_act"),
+        max_seq_len=c.get("max_position_embeddings", 4096),
+        tied_embeddings=bool(c.get("tie_word_embeddings", False)),
+        hybrid_pattern=pattern, mamba_num_heads=c["mamba_num_heads"], mamba_head_dim=c["mamba_head_dim"],
+        mamba_state_dim=c["ssm_state_size"], mamba_num_groups=c["n_groups"], built_from_hf=True,
         source=f"Hugging Face folder {Path(folder).name} ({', '.join(c['architectures'])})",
     )

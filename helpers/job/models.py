@@ -46,6 +46,9 @@ class ModelPreset:
     mamba_head_dim: int | None = None
     mamba_state_dim: int | None = None  # HF ssm_state_size
     mamba_num_groups: int | None = None  # HF n_groups
+    # Read from a Hugging Face folder (helpers/job/hf_model.py): the worker builds it from
+    # Megatron-Bridge's provider config, which carries what a preset cannot (e.g. a hybrid's routing).
+    built_from_hf: bool = False
     source: str = "kit"  # where the numbers come from (a published config.json for public models)
 
     @property

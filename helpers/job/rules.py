@@ -201,6 +201,19 @@ def context(lay: Layout, model: ModelPreset, devices) -> list[Violation]:
               f"sequence length {lay.seq_len} is not divisible by 2*cp = {2 * lay.cp} "
               "(causal load balancing gives each CP rank two chunks)",
               f"use a sequence length that is a multiple of {2 * lay.cp}")
+    if lay.cp > 1 and model.layer_kinds()["mamba"]:
+        # Megatron's MambaContextParallel: an all-to-all turns each CP rank's sequence chunks into
+        # the whole sequence for a share of the (TP-local) Mamba heads and groups.
+        heads_tp, groups_tp = model.mamba_num_heads // lay.tp, max(model.mamba_num_groups // lay.tp, 1)
+        if heads_tp % lay.cp:
+            v.add("mamba_heads_divisible_by_tp_cp",
+                  f"{model.mamba_num_heads} Mamba heads / tp={lay.tp} = {heads_tp} are not divisible by cp={lay.cp} "
+                  "(context parallel gives each CP rank whole Mamba heads)",
+                  f"use cp in {divisors(heads_tp)}")
+        if groups_tp % lay.cp and lay.cp % groups_tp:
+            v.add("mamba_groups_vs_cp",
+                  f"{model.mamba_num_groups} Mamba groups / tp={lay.tp} = {groups_tp} is neither a multiple nor a "
+                  f"divisor of cp={lay.cp}", f"use cp in {divisors(groups_tp)} or a multiple of {groups_tp}")
     return v
 
 
@@ -224,8 +237,9 @@ def batch(lay: Layout, model: ModelPreset, devices) -> list[Violation]:
 
 # What the kit's worker (helpers/runtime/build.py, layer_specs.py) builds. A preset needing more
 # can be planned, but launching it would silently train a different architecture, so it is refused.
-# (squared_relu belongs to the Mamba hybrids, refused on their own below.)
+# An imported model (hf_model) may also have squared ReLU: Megatron-Bridge's provider sets it.
 WORKER_BUILDS = {"activation": {"gelu", "swiglu"}}
+WORKER_BUILDS_FROM_HF = {"activation": {"gelu", "swiglu", "squared_relu"}}
 
 
 def backend(lay: Layout, model: ModelPreset, devices) -> list[Violation]:
@@ -239,12 +253,20 @@ def backend(lay: Layout, model: ModelPreset, devices) -> list[Violation]:
     # cp > 1 is fine here: Megatron's local attention refuses it, but the kit's own
     # ContextParallelAttention (helpers/runtime/modules.py) takes its place. MLA is built by
     # helpers/runtime/mla.py (the local spec's two MLA failures and its TP gradient bug fixed there).
-    if model.layer_kinds()["mamba"]:
-        v.add("hybrid_needs_mamba_ssm",
-              f"{model.name} has Mamba layers: they need the mamba_ssm kernels and Megatron's hybrid "
-              "layer specs are Transformer-Engine-only",
-              "plan with backend='te' on a machine with mamba_ssm and TE")
-    missing = [f"{k}={getattr(model, k)!r}" for k, ok in WORKER_BUILDS.items() if getattr(model, k) not in ok]
+    # Mamba layers run through the kit's torch mixer (helpers/runtime/mamba/) in Megatron's
+    # HybridModel, built from a Megatron-Bridge provider: an imported Nemotron-H.
+    if model.is_hybrid and not model.built_from_hf:
+        v.add("hybrid_needs_hf_import",
+              f"{model.name} is a Mamba hybrid: the kit's worker builds hybrids from an imported Hugging Face "
+              "Nemotron-H (its Megatron-Bridge config carries the routing and Mamba settings a preset lacks)",
+              "plan only, or train an HF Nemotron-H folder: hf_model=PATH (a tiny one: "
+              "helpers.launch.tiny_hf.make('nemotronh', PATH))")
+    if model.is_hybrid and lay.vpp:
+        v.add("hybrid_no_vpp", "virtual pipeline stages are not built for hybrid models (Megatron's HybridModel "
+              "needs '|' stage separators in the pattern for them, and Megatron-Bridge 0.6.2's hybrid provider "
+              "refuses VPP)", "turn vpp off; split stages with pp and first_stage_layers/last_stage_layers")
+    builds = WORKER_BUILDS_FROM_HF if model.built_from_hf else WORKER_BUILDS
+    missing = [f"{k}={getattr(model, k)!r}" for k, ok in builds.items() if getattr(model, k) not in ok]
     if missing:
         v.add("kit_worker_lacks_feature",
               f"the kit's worker does not build {', '.join(missing)} yet; it would train a different model",

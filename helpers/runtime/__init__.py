@@ -3,5 +3,6 @@ setup.py (process groups), build.py (config, model chunks, DDP, optimizer), step
 loss, schedule call), evaluation.py (fixed-batch loss, validation/test), checkpoint/ (save, load,
 resume), measure/ (communication, timeline, MoE, memory), report.py (the smoke-test card),
 preflight.py (multi-node file checks), data.py and synthetic.py (batches), modules.py (the kit's
-norm and CP attention), cpu_compat.py (Megatron-Core on CPU), faults.py (injected failures),
+norm and CP attention), mamba/ (Mamba-2 hybrids without mamba_ssm), cpu_compat.py (Megatron-Core on
+CPU), faults.py (injected failures),
 gather.py (facts to rank 0). Imports job/, rundir/ and errors only from the kit."""

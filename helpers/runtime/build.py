@@ -140,6 +140,11 @@ def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
     if not config.use_cpu_initialization and not te:  # on GPU: rotary compiled (the TE fusion's stand-in)
         from helpers.runtime import compiled_rope
         compiled_rope.install()
+    if getattr(config, "hybrid_layer_pattern", None):  # an imported Nemotron-H: Megatron's HybridModel
+        if local_fp8_recipe(spec):
+            raise RuntimeError("precision='fp8' is not built for hybrid models (helpers/runtime/mamba/stack.py "
+                               "uses Megatron's plain linears); refusing to train in bf16 instead")
+        return [hybrid_model(config, model, spec)]
     chunks = []
     for vp_stage in range(spec.vpp or 1):
         vp = vp_stage if spec.vpp else None
@@ -161,6 +166,25 @@ def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
 def local_fp8_recipe(spec: JobSpec) -> str | None:
     """The kit's FP8 linears' recipe for a precision='fp8' job on the local backend, else None."""
     return spec.fp8_recipe if spec.precision == "fp8" and spec.backend != "te" else None
+
+
+def hybrid_model(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -> torch.nn.Module:
+    """Megatron's HybridModel (Mamba/attention/MLP/MoE layers by pattern) on the kit's local
+    hybrid stack (runtime/mamba/stack.py); pipeline stages cut the pattern by Megatron's own
+    select_pipeline_segment (first/last stage layer counts for uneven splits). No VPP (a rule)."""
+    from megatron.core.models.hybrid.hybrid_model import HybridModel
+
+    from helpers.runtime.mamba import stack
+
+    options = gpt_model_options(config, model, spec.seq_len)
+    return HybridModel(
+        config=config, hybrid_stack_spec=stack.stack_spec(config, spec.attention),
+        vocab_size=options["vocab_size"], max_sequence_length=spec.seq_len,
+        hybrid_layer_pattern=config.hybrid_layer_pattern,
+        pre_process=ps.is_pipeline_first_stage(), post_process=ps.is_pipeline_last_stage(),
+        share_embeddings_and_output_weights=options["share_embeddings_and_output_weights"],
+        position_embedding_type=getattr(config, "position_embedding_type", "none"),
+        rotary_percent=options["rotary_percent"], rotary_base=options["rotary_base"])
 
 
 def wrap_ddp(config: TransformerConfig, chunks: list[torch.nn.Module], spec: JobSpec, device) -> list:

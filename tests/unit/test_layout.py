@@ -65,7 +65,10 @@ INVALID = [
     ("nemotron-3-nano-30b-a3b", dict(tp=16, sp=True, **TE), "mamba_groups_divisible_by_tp"),
     ("nemotron-3-nano-30b-a3b", dict(tp=3, sp=True, **TE), "mamba_heads_divisible_by_tp"),
     ("nemotron-3-nano-30b-a3b", dict(ep=3, nproc=3, **TE), "experts_divisible_by_ep"),
-    ("nemotron-3-nano-30b-a3b", dict(tp=4, sp=True, ep=8, nproc=8), "hybrid_needs_mamba_ssm"),
+    ("nemotron-3-nano-30b-a3b", dict(tp=4, sp=True, ep=8, nproc=8), "hybrid_needs_hf_import"),
+    ("nemotron-3-nano-30b-a3b", dict(tp=4, sp=True, cp=32, seq_len=8192, nproc=128, **TE), "mamba_heads_divisible_by_tp_cp"),
+    ("nemotron-3-nano-30b-a3b", dict(tp=2, sp=True, cp=3, seq_len=8190, nproc=6, **TE), "mamba_groups_vs_cp"),
+    ("nemotron-3-nano-30b-a3b", dict(pp=2, vpp=2), "hybrid_no_vpp"),
     ("nemotron-3-nano-30b-a3b", dict(pp=3, **TE), "layers_divisible_by_pp"),
     # llama3-8b: 32 layers, 32 heads, 8 KV heads, dense
     ("llama3-8b", dict(tp=12, **TE), "heads_divisible_by_tp"),
@@ -146,7 +149,7 @@ def test_valid_layout_is_accepted(model, sizes):
     (dict(model="control-moe-cpu", tp=2, nproc=2), "moe_tp_requires_sp"),
     (dict(cp=2, seq_len=66), "seq_divisible_by_2cp"),
     (dict(model="nemotron-3-nano-30b-a3b", model_overrides={"num_layers": 4, "hybrid_pattern": "M*ME"}),
-     "hybrid_needs_mamba_ssm"),
+     "hybrid_needs_hf_import"),
 ])
 def test_runner_refuses_before_any_process_starts(request_, name, tmp_path):
     out = tmp_path / "runs"

@@ -1,0 +1,117 @@
+"""The kit's pure-torch Mamba-2 (helpers/runtime/mamba/): the chunked SSD scan against the
+recurrence it computes, one token at a time, in float64; and Megatron's MambaMixer with the kit's
+torch path (TorchMambaMixer, built by Megatron's own constructor) against transformers' NemotronH
+mixer on the same weights.
+
+transformers' torch path (5.12.1) is right within one chunk only (between chunks it sums the
+decays over the wrong axis; helpers/launch/tiny_hf.py), so its chunk is the whole sequence here,
+while the kit's mixer runs several chunks of 8: the comparison covers the kit's inter-chunk path."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from helpers.runtime.mamba import ssd
+
+
+def inputs(length, heads=6, head_dim=5, groups=3, state=7, batch=2, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(batch, length, heads, head_dim, generator=g, dtype=dtype)
+    dt = F.softplus(torch.randn(batch, length, heads, generator=g, dtype=dtype) - 1)
+    A = -torch.rand(heads, generator=g, dtype=dtype) * 3 - 0.1
+    B, C = (torch.randn(batch, length, groups, state, generator=g, dtype=dtype) for _ in range(2))
+    return x, dt, A, B, C
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 8, 16, 64])
+@pytest.mark.parametrize("d_per", ["head", "channel", None])
+def test_chunked_scan_equals_the_sequential_recurrence(chunk, d_per):
+    x, dt, A, B, C = inputs(length=29)  # 29: no chunk size divides it, so the padding path runs
+    D = {"head": torch.randn(6, dtype=torch.float64), "channel": torch.randn(30, dtype=torch.float64),
+         None: None}[d_per]
+    ref = ssd.sequential_scan(x, dt, A, B, C, D)
+    y = ssd.ssd_scan(x, dt, A, B, C, chunk, D)
+    assert y.dtype == torch.float64
+    assert ((y - ref).abs().max() / ref.abs().max()).item() <= 1e-10
+
+
+def test_scan_is_causal_and_keeps_the_input_dtype():
+    x, dt, A, B, C = inputs(length=20, dtype=torch.float32)
+    y = ssd.ssd_scan(x, dt, A, B, C, 8)
+    x2 = x.clone()
+    x2[:, 12:] += 1.0  # change the future only
+    y2 = ssd.ssd_scan(x2, dt, A, B, C, 8)
+    assert y.dtype == torch.float32
+    assert torch.equal(y[:, :12], y2[:, :12]) and not torch.equal(y[:, 12:], y2[:, 12:])
+
+
+def test_causal_conv_sees_only_the_last_width_positions():
+    g = torch.Generator().manual_seed(1)
+    x, w, b = (torch.randn(2, 9, 4, generator=g, dtype=torch.float64), torch.randn(4, 1, 3, generator=g,
+               dtype=torch.float64), torch.randn(4, generator=g, dtype=torch.float64))
+    out = ssd.causal_conv1d(x, w, b)
+    padded = F.pad(x, (0, 0, 2, 0))  # two zeros before the first position
+    by_hand = sum(padded[:, k:k + 9] * w[:, 0, k] for k in range(3)) + b
+    assert torch.allclose(out, F.silu(by_hand), rtol=0, atol=1e-12)
+
+
+MIXER_VS_HF = """
+import torch, torch.distributed as dist
+import megatron.core
+from helpers.runtime import cpu_compat
+cpu_compat.activate()
+from megatron.core import parallel_state as ps
+from megatron.core.process_groups_config import ProcessGroupCollection
+from megatron.core.ssm.mamba_mixer import MambaMixerSubmodules
+from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
+from megatron.core.transformer import TransformerConfig
+from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMamba2Mixer
+from helpers.launch import tiny_hf
+from helpers.runtime.mamba.mixer import TorchMambaMixer
+
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29517", rank=0, world_size=1)
+ps.initialize_model_parallel()
+model_parallel_cuda_manual_seed(0)
+torch.manual_seed(0)
+hf_config = tiny_hf.hf_config("nemotronh", layers_block_type=["mamba"], chunk_size=64)
+hf = NemotronHMamba2Mixer(hf_config, layer_idx=0)
+with torch.no_grad():  # every parameter random (HF's own init leaves norm and D at 1.0)
+    for name, p in hf.named_parameters():
+        p.copy_({"dt_bias": torch.log(torch.expm1(torch.empty_like(p).uniform_(0.01, 0.1))),
+                 "A_log": torch.log(torch.empty_like(p).uniform_(1, 16))}.get(name, 1 + 0.3 * torch.randn_like(p))
+               if name in ("dt_bias", "A_log", "norm.weight", "D") else 0.2 * torch.randn_like(p))
+    hf.in_proj.weight[-8:] *= 0.1  # the dt rows: steps stay above time_step_min, which only HF's torch path clamps to
+config = TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, use_cpu_initialization=True,
+                           mamba_num_heads=8, mamba_head_dim=16, mamba_num_groups=2, mamba_state_dim=16)
+kit = TorchMambaMixer(config, MambaMixerSubmodules(in_proj=ColumnParallelLinear, out_proj=RowParallelLinear),
+                      d_model=64, chunk_size=8, layer_number=1, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
+names = {"in_proj.weight": "in_proj.weight", "conv1d_weight": "conv1d.weight", "conv1d_bias": "conv1d.bias",
+         "dt_bias": "dt_bias", "A_log": "A_log", "D": "D", "norm.weight": "norm.weight", "out_proj.weight": "out_proj.weight"}
+theirs = dict(hf.named_parameters())
+assert sorted(n for n, _ in kit.named_parameters()) == sorted(names), [n for n, _ in kit.named_parameters()]
+with torch.no_grad():
+    for mine, hf_name in names.items():
+        dict(kit.named_parameters())[mine].copy_(theirs[hf_name])
+x = torch.randn(2, 40, 64)  # [b, s, h] for transformers; Megatron takes [s, b, h]
+with torch.no_grad():
+    ref = hf.torch_forward(x)
+    out, bias = kit(x.transpose(0, 1).contiguous())
+print(type(kit.norm).__name__, bias is None, ((out.transpose(0, 1) - ref).abs().max() / ref.abs().max()).item())
+"""
+
+
+def test_megatron_mixer_with_the_kit_path_equals_transformers_nemotron_h():
+    """MambaMixer's own constructor builds it (parameter names and shapes as Megatron's; the
+    kernel-less ImportError sidestepped), and 40 tokens in 5 chunks of 8 give transformers'
+    output to fp32 rounding (measured 1.6e-7)."""
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(MIXER_VS_HF)], capture_output=True, text=True,
+                         env={"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "PATH": "",
+                              "HF_HUB_OFFLINE": "1", "PYTHONPATH": ":".join(sys.path)})
+    assert out.returncode == 0, out.stderr[-3000:]
+    norm, no_bias, diff = out.stdout.split()[-3:]
+    assert norm == "GroupedGatedRMSNorm" and no_bias == "True"
+    assert float(diff) <= 1e-5, diff
