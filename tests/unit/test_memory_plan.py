@@ -64,9 +64,9 @@ def test_gpu_measurements_with_sdpa_within_ten_percent():
     """docs/memory_gpu_sdpa_results.json (1x H200, the kit's SDPA attention and GPU fusions; two
     layouts with Megatron's local attention for comparison): the plan within 10% of each peak."""
     results = json.loads(SDPA_RESULTS.read_text())
-    assert _within_ten_percent(results) == len(results) >= 11
+    assert _within_ten_percent(results) == len(results) >= 15
     attention = [JobSpec.from_dict(r["spec"]).attention for r in results.values()]
-    assert attention.count("sdpa") >= 8 and "megatron_local" in attention
+    assert attention.count("sdpa") >= 12 and "megatron_local" in attention
     # the point of the new attention: same model and batch, far less memory
     assert results["gpt-1.4b"]["peaks"]["0"]["mem_max_allocated_bytes"] < 0.6 * \
         results["gpt-1.4b-local-attention"]["peaks"]["0"]["mem_max_allocated_bytes"]
