@@ -81,6 +81,11 @@ def gemm_check(m=8192, k=2048, n=8192) -> dict:
         vs_bf16 = {name: float((r.float() - e.float()).norm() / e.float().norm())
                    for name, r, e in zip(("forward", "dgrad", "wgrad"), real, exact)}
         t = timed(lambda a, b: fp8_matmul.fp8_matmul(a, b, recipe), x, w, dy)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            run(lambda a, b: fp8_matmul.fp8_matmul(a, b, recipe), x, w, dy)
+            torch.cuda.synchronize()
+        print(f"{recipe}: GPU kernels of one forward+backward\n" +
+              prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=70), flush=True)
         out[recipe] = {"max_rel_diff_vs_emulation": diff, "rel_error_vs_bf16": vs_bf16, "s": t,
                        "tflops_incl_quantisation": flops / t / 1e12, "speedup_vs_bf16": out["bf16_s"] / t}
     return out
