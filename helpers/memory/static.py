@@ -86,7 +86,7 @@ def _mamba(model: ModelPreset, tp: int, p: str) -> list[Param]:
     bc = 2 * model.mamba_num_groups * model.mamba_state_dim
     conv = (inner + bc) // tp
     return [Param(p + "in_proj.weight", (2 * inner + bc + heads) // tp * h),
-            Param(p + "conv1d.weight", conv * 4), Param(p + "conv1d.bias", conv),
+            Param(p + "conv1d_weight", conv * 4), Param(p + "conv1d_bias", conv),  # d_conv = 4
             Param(p + "dt_bias", heads // tp), Param(p + "A_log", heads // tp), Param(p + "D", heads // tp),
             Param(p + "norm.weight", inner // tp), Param(p + "out_proj.weight", h * inner // tp)]
 
@@ -95,11 +95,13 @@ def layer_params(model: ModelPreset, lay: Layout, i: int) -> list[Param]:
     """The parameters layer `i` holds on one rank, in Megatron's module (named_parameters) order."""
     p, kind, h = f"decoder.layers.{i}.", layer_kind(model, i), model.hidden_size
     if model.is_hybrid:  # one norm + one mixer per layer
-        mixer = {"M": lambda: _mamba(model, lay.tp, p + "mixer."),
-                 "*": lambda: _attention(model, lay.tp, p + "self_attention."),
+        if kind == "M":  # MambaLayer registers its mixer before its norm
+            return _mamba(model, lay.tp, p + "mixer.") + _norm(model, p + "norm", h)
+        mixer = {"*": lambda: _attention(model, lay.tp, p + "self_attention."),
                  "-": lambda: _mlp(model, model.ffn_hidden_size, lay.tp, p + "mlp."),
                  "E": lambda: _moe(model, lay, p + "mlp.")}[kind]()
-        return _norm(model, p + "norm", h) + mixer
+        return _norm(model, p + {"*": "input_layernorm", "-": "pre_mlp_layernorm", "E": "pre_mlp_layernorm"}[kind],
+                     h) + mixer
     out = _norm(model, p + "input_layernorm", h) + _attention(model, lay.tp, p + "self_attention.")
     out += _norm(model, p + "pre_mlp_layernorm", h)
     if kind == "moe":
@@ -132,6 +134,16 @@ def stage_layers(model: ModelPreset, lay: Layout) -> list[list[list[int]]]:
             out[s][v] = list(range(i, i + n))
             i += n
     return out
+
+
+def stage_patterns(model: ModelPreset, lay: Layout) -> list[str]:
+    """A hybrid's layer pattern cut into pipeline stages, one string per stage ("MEM*|EMEM" ->
+    ["MEM*", "EMEM"]), as Megatron's select_pipeline_segment cuts a pattern without '|': by
+    layer counts (first/last_stage_layers for uneven splits). What a stage holds decides its
+    memory: Mamba, attention and MoE layers differ in parameters and activations."""
+    if not model.is_hybrid:
+        raise ValueError(f"{model.name} has no hybrid layer pattern")
+    return ["".join(model.hybrid_pattern[i] for c in stage for i in c) for stage in stage_layers(model, lay)]
 
 
 def chunk_params(model: ModelPreset, lay: Layout, stage: int, chunk: int) -> list[Param]:

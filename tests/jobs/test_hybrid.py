@@ -4,7 +4,8 @@ CPU in fp32, with the kit's tiny random Nemotron-H (helpers/launch/tiny_hf.py, p
 
 * logits equal transformers' at TP=1, TP=2+SP (MoE with TP needs SP), PP=2, EP=2 and CP=2, and
   import -> export without training is bit-identical (one torchrun job for all layouts);
-* 5 iterations at PP=2, TP=2+SP, EP=2 and CP=2 give the losses of one process;
+* 5 iterations at PP=2, TP=2+SP, EP=2 (distributed optimizer) and CP=2 give the losses of one
+  process, and every rank holds the memory planner's static bytes exactly;
 * the PP=2 job's checkpoint reloads at TP=2+SP and at TP=1, and transformers, loading the PP=2
   job's export, gives the logits of that checkpoint (one job).
 The mixer alone: tests/unit/test_mamba_mixer.py."""
@@ -14,6 +15,7 @@ import pytest
 
 from helpers import launch
 from helpers.launch import hf_check, tiny_hf
+from helpers.memory.vs_measured import static_mismatches
 
 RTOL = 1e-5  # fp32 on CPU: the measured differences are 2e-7 .. 4e-7
 TRAIN = dict(iters=5, seq_len=32, micro_batch=2, global_batch=4, device="cpu", progress=False)  # EP=2 runs DP=2
@@ -67,13 +69,20 @@ def _same_losses(run, ref):
 def test_pp2_trains_like_one_process(pp2, one_process):
     run, _ = pp2
     _same_losses(run, one_process)
+    assert static_mismatches(run.spec, run.ranks) == []  # the stages "ME" and "*-", as planned
     checks = {c["name"]: c for c in run.report["checks"]}
     assert checks["checkpoint"]["status"] == "pass", checks["checkpoint"]  # zeroed, reloaded, same checksums
 
 
-@pytest.mark.parametrize("sizes", [dict(tp=2, sp=True), dict(ep=2), dict(cp=2)], ids=["tp2-sp", "ep2", "cp2"])
-def test_layout_trains_like_one_process(nemotron, one_process, out, sizes):
-    _same_losses(launch.run(hf_model=nemotron, out=out, nproc=2, **sizes, **TRAIN), one_process)
+@pytest.mark.parametrize("sizes", [dict(tp=2, sp=True), dict(ep=2, dist_opt=True), dict(cp=2)],
+                         ids=["tp2-sp", "ep2-distopt", "cp2"])
+def test_layout_trains_like_one_process_and_holds_the_planned_static_bytes(nemotron, one_process, out, sizes):
+    """Also the memory planner's static terms (helpers/memory/static.py: Mamba, attention, MLP and
+    MoE layers of the pattern) against every rank's ranks.json, byte for byte; with the
+    distributed optimizer the shards depend on every parameter's place in module order."""
+    run = launch.run(hf_model=nemotron, out=out, nproc=2, **sizes, **TRAIN)
+    _same_losses(run, one_process)
+    assert static_mismatches(run.spec, run.ranks) == []
 
 
 def test_checkpoint_reloads_at_other_layouts_and_the_export_has_its_logits(pp2, out):

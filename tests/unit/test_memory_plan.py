@@ -138,3 +138,22 @@ def test_every_preset_plans_on_the_local_backend_with_either_attention(attention
             lay = Layout(cp=cp, nproc=cp, seq_len=256, micro_batch=1)
             plan = plan_memory(model, lay, Training(attention=attention))
             assert all(s.allocated_bytes > 0 for s in plan.stages), (name, cp)
+
+
+def test_hybrid_pattern_cut_into_pipeline_stages():
+    """Nemotron-3-Nano's 52 layers ("MEMEM*E..."): PP=2 gives 26 + 26 layers; the uneven 27/25
+    split moves one layer (here an attention layer, "*") to the first stage and the first stage's
+    planned parameters change by exactly that layer. The live PP=2 job of a tiny Nemotron-H
+    ("ME" | "*-") holds the planned bytes: tests/jobs/test_hybrid.py."""
+    from helpers.memory.static import layer_params, stage_patterns, static_memory
+
+    nano = models.preset("nemotron-3-nano-30b-a3b")
+    even = Layout(pp=2, ep=8, nproc=16, backend="te")
+    uneven = Layout(pp=2, ep=8, nproc=16, first_stage_layers=27, last_stage_layers=25, backend="te")
+    a, b = stage_patterns(nano, even), stage_patterns(nano, uneven)
+    assert a[0] + a[1] == b[0] + b[1] == nano.hybrid_pattern
+    assert [len(s) for s in a] == [26, 26] and [len(s) for s in b] == [27, 25]
+    moved = nano.hybrid_pattern[26]
+    assert b[0] == a[0] + moved and moved == "*"
+    extra = sum(p.numel for p in layer_params(nano, uneven, 26))
+    assert static_memory(nano, uneven, Training()).params - static_memory(nano, even, Training()).params == extra
