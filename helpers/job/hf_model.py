@@ -121,6 +121,7 @@ def _describe_hybrid(folder, c: dict) -> ModelPreset:
         max_seq_len=c.get("max_position_embeddings", 4096),
         tied_embeddings=bool(c.get("tie_word_embeddings", False)),
         hybrid_pattern=pattern, mamba_num_heads=c["mamba_num_heads"], mamba_head_dim=c["mamba_head_dim"],
-        mamba_state_dim=c["ssm_state_size"], mamba_num_groups=c["n_groups"], built_from_hf=True,
+        mamba_state_dim=c["ssm_state_size"], mamba_num_groups=c["n_groups"],
+        mamba_chunk_size=c.get("chunk_size", 128), built_from_hf=True,
         source=f"Hugging Face folder {Path(folder).name} ({', '.join(c['architectures'])})",
     )

@@ -46,6 +46,7 @@ class ModelPreset:
     mamba_head_dim: int | None = None
     mamba_state_dim: int | None = None  # HF ssm_state_size
     mamba_num_groups: int | None = None  # HF n_groups
+    mamba_chunk_size: int = 128  # HF chunk_size: tokens per chunk of the SSD scan
     # Read from a Hugging Face folder (helpers/job/hf_model.py): the worker builds it from
     # Megatron-Bridge's provider config, which carries what a preset cannot (e.g. a hybrid's routing).
     built_from_hf: bool = False

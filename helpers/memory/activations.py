@@ -83,7 +83,9 @@ def layer_activation(model: ModelPreset, lay: Layout, tr: Training, i: int) -> t
     saved, transient = 0.0, 0.0
     if kind in ("dense", "moe", "*"):
         saved, transient = _attn_act(model, lay, tr, T, Th)
-    if kind == "M":
+    if kind == "M" and lay.backend == "local":
+        saved = 2 * Th * h * B + Th * stats + torch_mamba_mixer(model, lay, tr, T)  # norm input + rstd, in_proj input
+    elif kind == "M":
         inner = model.mamba_num_heads * model.mamba_head_dim // tp
         bc = 2 * model.mamba_num_groups * model.mamba_state_dim // tp
         heads = model.mamba_num_heads // tp
@@ -105,6 +107,27 @@ def layer_activation(model: ModelPreset, lay: Layout, tr: Training, i: int) -> t
     if tr.precision == "fp8" and lay.backend == "local" and kind in ("dense", "moe", "*"):
         saved, transient = _local_fp8(model, lay, tr, kind, T, Th, saved, transient)
     return saved, transient
+
+
+def torch_mamba_mixer(model: ModelPreset, lay: Layout, tr: Training, T: int) -> float:
+    """Bytes autograd keeps for one microbatch of the kit's pure-torch mixer (helpers/runtime/mamba/:
+    in_proj output to out_proj input), counted tensor by tensor on its code in bf16 (CPU, saved-tensor
+    hooks; the count below reproduced them exactly): the conv's padded input and output, fp32 copies
+    of x, dt, the gate and the norm's inputs, per einsum of the scan its operands (C and B expanded to
+    every head, the decays, x*dt), the states between chunks, the gated norm's groups. Under CP the
+    mixer holds the whole sequence for 1/cp of the heads: the same bytes as T tokens of them all."""
+    B, tp = tr.act_bytes, lay.tp
+    heads, p, n = model.mamba_num_heads // tp, model.mamba_head_dim, model.mamba_state_dim
+    groups = max(model.mamba_num_groups // tp, 1)
+    inner, conv = heads * p, heads * p + 2 * groups * n
+    q = min(model.mamba_chunk_size, lay.seq_len)
+    width = 4  # d_conv
+    return (T * conv * B + lay.micro_batch * conv * (lay.seq_len // lay.cp + width - 1) * B  # conv out, padded in
+            + 4 * T * heads * 4 + 8 * T * inner * 4  # dt (softplus in, dt, decays), x/gate/norm fp32 tensors
+            + 3 * T * heads * q * 4 + 6 * T * heads * n * 4  # in-chunk decay matrices; B, C per head
+            + 2 * T // q * heads * n * p * 4  # chunk states (each entering state, and stacked)
+            + T * groups * 4 + T * inner * B  # the norm's rstd, out_proj input
+            + 2 * heads * 4 + q * q + T // q * heads * 4)  # A, the causal mask, each chunk's total decay
 
 
 def _local_fp8(model, lay, tr, kind, T, Th, saved, transient) -> tuple[float, float]:

@@ -1,6 +1,5 @@
 """The memory planner (helpers/memory/) against live CPU jobs: its static terms equal what every
-rank of 20 layouts holds, byte for byte (ranks.json); the hybrid (Nemotron-H) layouts are checked on
-the training jobs of tests/jobs/test_hybrid.py (PP=2, TP=2+SP, EP=2 with the distributed optimizer, CP=2). The checks without processes (the committed
+rank of 20 layouts holds, byte for byte (ranks.json). The checks without processes (the committed
 GPU measurements within 10%, public presets, Megatron's estimator): tests/unit/test_memory_plan.py."""
 from concurrent.futures import ThreadPoolExecutor
 

@@ -101,6 +101,24 @@ with torch.no_grad():
     ref = hf.torch_forward(x)
     out, bias = kit(x.transpose(0, 1).contiguous())
 print(type(kit.norm).__name__, bias is None, ((out.transpose(0, 1) - ref).abs().max() / ref.abs().max()).item())
+
+# What autograd keeps for the backward of a bf16 mixer (40 tokens x 3 sequences, chunks of 8): every
+# saved tensor's storage once, without the parameters and the mixer's input (the layer's term).
+config = TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, use_cpu_initialization=True,
+                           mamba_num_heads=6, mamba_head_dim=4, mamba_num_groups=3, mamba_state_dim=16,
+                           params_dtype=torch.bfloat16, bf16=True)
+kit = TorchMambaMixer(config, MambaMixerSubmodules(in_proj=ColumnParallelLinear, out_proj=RowParallelLinear),
+                      d_model=64, chunk_size=8, layer_number=1, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
+x = torch.randn(40, 3, 64, dtype=torch.bfloat16, requires_grad=True)
+skip = {p.untyped_storage().data_ptr() for p in kit.parameters()} | {x.untyped_storage().data_ptr()}
+saved = {}
+def pack(t):
+    if t.untyped_storage().data_ptr() not in skip:
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+    return t
+with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+    kit(x)
+print(sum(saved.values()) - 6 * 4 * 4)  # less the fp32 copy of the norm weight (per layer, not per token)
 """
 
 
@@ -112,6 +130,16 @@ def test_megatron_mixer_with_the_kit_path_equals_transformers_nemotron_h():
                          env={"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "PATH": "",
                               "HF_HUB_OFFLINE": "1", "PYTHONPATH": ":".join(sys.path)})
     assert out.returncode == 0, out.stderr[-3000:]
-    norm, no_bias, diff = out.stdout.split()[-3:]
+    norm, no_bias, diff, saved = out.stdout.split()[-4:]
     assert norm == "GroupedGatedRMSNorm" and no_bias == "True"
     assert float(diff) <= 1e-5, diff
+    # The memory planner's term for the mixer (local backend) counts the same bytes.
+    from helpers.job.layout import Layout
+    from helpers.job.models import ModelPreset
+    from helpers.memory.activations import torch_mamba_mixer
+    from helpers.memory.training import Training
+    model = ModelPreset("mixer", num_layers=1, hidden_size=64, num_attention_heads=4, ffn_hidden_size=64,
+                        vocab_size=64, hybrid_pattern="M", mamba_num_heads=6, mamba_head_dim=4, mamba_num_groups=3,
+                        mamba_state_dim=16, mamba_chunk_size=8)
+    planned = torch_mamba_mixer(model, Layout(seq_len=40, micro_batch=3), Training(precision="bf16"), T=120)
+    assert planned == int(saved), (planned, saved)
