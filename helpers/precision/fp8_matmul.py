@@ -48,8 +48,13 @@ def quantize(x: torch.Tensor, fmt: str, dim: int | None = None, plain: bool = Tr
     if x.device.type != "cuda":
         return scaled_cast_layouts(x, f.max, f.dtype, dim, plain, transposed)
     if "fn" not in _compiled:
+        # Every (format, dim, layouts) combination is its own graph; torch's default limit (8)
+        # was hit on the H200 and the rest ran eager. Inputs are detached: requires_grad would
+        # double the graphs (the quantised copies need no autograd: FP8Matmul is the Function).
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
         _compiled["fn"] = torch.compile(scaled_cast_layouts, dynamic=True)
-    return _compiled["fn"](x, f.max, f.dtype, dim, plain, transposed)
+    with torch.no_grad():
+        return _compiled["fn"](x.detach(), f.max, f.dtype, dim, plain, transposed)
 
 
 def _mm(a, b, scale_a, scale_b) -> torch.Tensor:
