@@ -158,7 +158,10 @@ def chunk_params(model: ModelPreset, lay: Layout, stage: int, chunk: int) -> lis
         out += layer_params(model, lay, i)
     if stage == pp - 1 and chunk == vpp - 1:
         out += _norm(model, "decoder.final_layernorm", h)
-        out.append(Param("output_layer.weight", model.vocab_size // lay.tp * h))
+        # tied embeddings: the output layer reuses the embedding where both live in this chunk;
+        # on a later pipeline stage Megatron keeps its own copy (kept equal by the embedding group)
+        if not (model.tied_embeddings and stage == 0 and chunk == 0):
+            out.append(Param("output_layer.weight", model.vocab_size // lay.tp * h))
     return out
 
 

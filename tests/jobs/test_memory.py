@@ -1,27 +1,20 @@
 """The memory planner (helpers/memory/) against live CPU jobs: its static terms equal what every
-rank of 20 layouts holds, byte for byte (ranks.json). The checks without processes (the committed
+rank of 14 layouts holds, byte for byte (ranks.json). The checks without processes (the committed
 GPU measurements within 10%, public presets, Megatron's estimator): tests/unit/test_memory_plan.py."""
 from concurrent.futures import ThreadPoolExecutor
 
 from helpers.memory.vs_measured import static_mismatches
 
-# 20 layouts of the tiny models: every axis, dense and expert parameters, with and without the
-# distributed optimizer (whose shards depend on padding and on each rank's DP/EDP position).
+# 12 layouts of the tiny models: every axis, dense and expert parameters, with and without the
+# distributed optimizer (whose shards depend on padding and on each rank's DP/EDP position); each
+# covers the simpler ones it contains (pp2-vpp2-distopt covers pp2, tp2-sp-distopt covers tp2, ...).
 LAYOUTS = {
-    "gpt-single": dict(model="tiny-gpt"),
     "gpt-single-distopt": dict(model="tiny-gpt", dist_opt=True),
-    "gpt-tp2": dict(model="tiny-gpt", tp=2),
-    "gpt-pp2": dict(model="tiny-gpt", pp=2),
-    "gpt-dp2-distopt": dict(model="tiny-gpt", nproc=2, dist_opt=True),
-    "gpt-pp2-vpp2": dict(model="tiny-gpt", pp=2, vpp=2, global_batch=4),
     "gpt-pp2-uneven": dict(model="tiny-gpt", pp=2, first_stage_layers=1, last_stage_layers=3),
     "gpt-tp2-sp-distopt": dict(model="tiny-gpt", tp=2, sp=True, dist_opt=True),
     "gpt-pp3-uneven": dict(model="tiny-gpt", pp=3, first_stage_layers=1, last_stage_layers=1),
     "gpt-pp2-vpp2-distopt": dict(model="tiny-gpt", pp=2, vpp=2, global_batch=4, dist_opt=True),
     "gpt-pp2-dp2-distopt": dict(model="tiny-gpt", pp=2, nproc=4, dist_opt=True),
-    "moe-single": dict(model="tiny-moe"),
-    "moe-single-distopt": dict(model="tiny-moe", dist_opt=True),
-    "moe-ep2": dict(model="tiny-moe", ep=2, nproc=2),
     "moe-ep2-distopt": dict(model="tiny-moe", ep=2, nproc=2, dist_opt=True),
     "moe-dp2-distopt": dict(model="tiny-moe", nproc=2, dist_opt=True),
     "moe-tp2-sp": dict(model="tiny-moe", tp=2, sp=True),
@@ -30,13 +23,18 @@ LAYOUTS = {
                                      dist_opt=True),
     "moe-pp2-distopt": dict(model="tiny-moe", pp=2, nproc=2, dist_opt=True),
 }
+# An imported Qwen3 with tied embeddings: one tensor for input and output at PP=1, Megatron's own
+# copy of it on the last stage at PP=2.
+HF_LAYOUTS = {"qwen3-tied": dict(), "qwen3-tied-pp2": dict(pp=2)}
 
 
-def test_static_terms_equal_live_jobs(runs):
+def test_static_terms_equal_live_jobs(runs, tmp_path_factory):
     """For every layout and rank: parameter count and parameter, gradient-buffer, Adam-state and
     main-parameter bytes as planned == as recorded by the live job (ranks.json)."""
     from helpers import launch
-    assert len(LAYOUTS) >= 20
+    from helpers.launch import tiny_hf
+    qwen3 = str(tiny_hf.make("qwen3", tmp_path_factory.mktemp("hf") / "qwen3"))
+    layouts = {**LAYOUTS, **{name: dict(hf_model=qwen3, **f) for name, f in HF_LAYOUTS.items()}}
 
     def one(item):
         name, fields = item
@@ -44,11 +42,11 @@ def test_static_terms_equal_live_jobs(runs):
         return name, run.spec, run.ranks
 
     with ThreadPoolExecutor(max_workers=2) as pool:  # 1-2 process jobs side by side on 2 cores
-        results = list(pool.map(one, LAYOUTS.items()))
+        results = list(pool.map(one, layouts.items()))
     problems, checked = [], 0
     for name, spec, ranks in results:
         assert len(ranks) == spec.world_size, name
         problems += [f"{name}: {p}" for p in static_mismatches(spec, ranks)]
         checked += len(ranks)
     assert not problems, "\n".join(problems)
-    assert checked >= 40  # ranks compared, each on every static key
+    assert checked >= 30  # ranks compared, each on every static key
