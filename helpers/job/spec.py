@@ -30,7 +30,8 @@ class JobSpec(ParallelSizes):
     hf_model: str | None = knob(None, "train a local Hugging Face model folder (config.json + safetensors), "
                                 "imported through Megatron-Bridge into the layout; replaces model")
     export_hf: str | None = knob(None, "after training, write the model back as a Hugging Face folder here "
-                                 "(needs hf_model; $VARS expanded on the node)")
+                                 "(needs hf_model; $VARS expanded on the node); with eval_only and one "
+                                 "load_dir: that checkpoint")
     iters: int = knob(5, "training iterations")
     lr: float = knob(3e-3, "learning rate (constant)")
     clip_grad: float = knob(1.0, "gradient-norm clipping threshold")

@@ -78,6 +78,9 @@ def check_hf_request(spec: JobSpec) -> dict | None:
         raise InvalidJob("export_hf writes an imported model back to Hugging Face format: it needs hf_model")
     if not spec.hf_model:
         return None
+    if spec.export_hf and spec.eval_only and len(spec.load_paths()) != 1:
+        raise InvalidJob("export_hf with eval_only writes one checkpoint back to Hugging Face format: give "
+                         f"exactly one load_dir, not {len(spec.load_paths())}")
     if spec.export_hf and not hf_model.has_tokenizer(spec.hf_model):
         raise InvalidJob(f"export_hf needs the tokenizer in the hf_model folder {spec.hf_model} (Megatron-Bridge "
                          "writes it into the export): save one there with tokenizer.save_pretrained(folder)")

@@ -106,8 +106,9 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     model_desc, config, model, opt = built
     dp_rank = ps.get_data_parallel_rank()
     start = checkpoints.resume(spec, run_dir, model, opt, model_desc, beat)  # 0 unless load_dir
-    if spec.eval_only:
-        return checkpoints.evaluate_only(spec, run_dir, model, model_desc, beat, device, dp_rank)
+    if spec.eval_only:  # with export_hf: a saved checkpoint written back as Hugging Face
+        checkpoints.evaluate_only(spec, run_dir, model, model_desc, beat, device, dp_rank)
+        return export_hf(spec, model, beat)
 
     beat("recording process groups")
     gather.write_groups(run_dir)
@@ -176,11 +177,17 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         evals.test()
         card.evaluation(evals.records)
     card.checkpoint(spec, run_dir, model, opt, model_desc, beat)
-    if spec.export_hf:
-        from helpers.runtime import build, hf_import, hf_weights
-        beat("exporting to Hugging Face format")
-        hf_weights.export(hf_import.open_bridge(spec.hf_model), [build.unwrap(m) for m in model],
-                          Path(os.path.expandvars(spec.export_hf)))
+    export_hf(spec, model, beat)
+
+
+def export_hf(spec: JobSpec, model: list, beat) -> None:
+    """The model as it is now, written as a Hugging Face folder through Bridge (collective)."""
+    if not spec.export_hf:
+        return
+    from helpers.runtime import build, hf_import, hf_weights
+    beat("exporting to Hugging Face format")
+    hf_weights.export(hf_import.open_bridge(spec.hf_model), [build.unwrap(m) for m in model],
+                      Path(os.path.expandvars(spec.export_hf)))
 
 
 def main() -> None:

@@ -63,7 +63,8 @@ def mla_dense(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def mla_one_process(mla_dense, tmp_path_factory):
-    return launch.run(hf_model=mla_dense, out=str(tmp_path_factory.mktemp("one")), **TRAIN)
+    return launch.run(hf_model=mla_dense, out=str(tmp_path_factory.mktemp("one")), save_interval=TRAIN["iters"],
+                      **TRAIN)
 
 
 def _same_losses(run, ref):
@@ -83,6 +84,21 @@ def test_mla_trains_at_tp2_without_sp_like_one_process(mla_dense, mla_one_proces
 
 def test_mla_trains_at_cp2_like_one_process(mla_dense, mla_one_process, runs):
     _same_losses(launch.run(hf_model=mla_dense, **{**runs, **TRAIN}, cp=2, nproc=2), mla_one_process)
+
+
+def test_a_saved_checkpoint_exports_later_and_transformers_gives_its_logits(mla_dense, mla_one_process, runs,
+                                                                           tmp_path):
+    """A job trained without export_hf: eval_only + export_hf writes its checkpoint as an HF folder
+    (here at TP=2: the export gathers the shards); transformers' logits on it = the checkpoint's."""
+    checkpoint = str(mla_one_process.path / "checkpoints")
+    exported = tmp_path / "exported"
+    launch.run(hf_model=mla_dense, **{**runs, **TRAIN, "iters": 0}, tp=2, nproc=2, eval_only=True,
+               load_dir=checkpoint, export_hf=str(exported))
+    [record] = hf_check.parity(str(exported), [dict()], nproc=1, load_dir=checkpoint, out=runs["out"])
+    assert record["max_rel_diff"] <= RTOL and record["argmax_disagreement"] == 0.0, record
+    with pytest.raises(launch.InvalidJob, match="exactly one load_dir"):
+        launch.run(hf_model=mla_dense, **{**runs, **TRAIN, "iters": 0}, eval_only=True,
+                   load_dir=[checkpoint, checkpoint], export_hf=str(tmp_path / "two"))
 
 
 def test_a_missing_hf_tensor_is_one_error_naming_the_parameter(hf, tmp_path):
