@@ -68,7 +68,7 @@ def describe(folder: str | Path) -> ModelPreset:
     """The imported model's architecture in the kit's terms (what the layout rules check)."""
     c = read_config(folder)
     if c.get("model_type") == "nemotron_h":
-        return _describe_hybrid(folder, c)
+        return describe_hybrid(folder, c)
     heads = c["num_attention_heads"]
     head_dim = c.get("head_dim")
     mla = c.get("model_type") == "deepseek_v2"
@@ -100,8 +100,9 @@ def describe(folder: str | Path) -> ModelPreset:
     )
 
 
-def _describe_hybrid(folder, c: dict) -> ModelPreset:
-    """Nemotron-H: one layer per entry of layers_block_type (or the older hybrid_override_pattern)."""
+def describe_hybrid(folder, c: dict) -> ModelPreset:
+    """Nemotron-H: one layer per entry of layers_block_type (or the older hybrid_override_pattern).
+    `c` is the config.json dict; `folder` only names the model (a results file has no folder)."""
     pattern = c.get("hybrid_override_pattern") or "".join(HYBRID_SYMBOLS[k] for k in c["layers_block_type"])
     heads = c["num_attention_heads"]
     head_dim = c.get("head_dim")
