@@ -133,7 +133,9 @@ class Report:
         # precision='fp8' on the local backend: how many linears run the kit's FP8 GEMMs (fp8_linear.py)
         fp8 = sum(1 for chunk in model for m in chunk.modules() if getattr(m, "fp8_recipe", None))
         self._set("model", "pass" if ok else "fail", {
-            "layout": self.spec.layout_name(), "model": self.spec.model, "backend": self.spec.backend, "core_attention": core,
+            # the preset's name, or the imported HF folder's (spec.model stays the default then)
+            "layout": self.spec.layout_name(), "model": self.spec.model_preset().name, "backend": self.spec.backend,
+            "core_attention": core,
             "precision": self.spec.precision, "fp8_linears": fp8,
             "parameters_per_rank": {str(r): c for r, c in enumerate(counts)}})
         self._write()

@@ -80,6 +80,7 @@ def test_mla_trains_at_tp2_without_sp_like_one_process(mla_dense, mla_one_proces
     _same_losses(run, mla_one_process)
     assert run.manifest["hf_model"]["name"] == "mla-dense" and len(run.manifest["hf_model"]["config_sha256"]) == 64
     assert run.manifest["versions"]["megatron-bridge"] == "0.6.2"
+    assert {c["name"]: c for c in run.report["checks"]}["model"]["evidence"]["model"] == "mla-dense"
 
 
 def test_mla_trains_at_cp2_like_one_process(mla_dense, mla_one_process, runs):
