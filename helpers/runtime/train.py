@@ -209,10 +209,22 @@ def main() -> None:
         raise  # torchrun sees the failure and stops the other ranks
     import torch.distributed as dist
     dist.destroy_process_group()
-    # Every file of the run is written and closed (each written to a temporary name and renamed).
-    # Skip the interpreter's teardown of torch and Megatron-Core, which takes ~1 s per process on
-    # two cores, before torchrun can notice the exit; across the suite's few hundred jobs that is
-    # minutes. Output streams are flushed first.
+    exit_without_teardown()
+
+
+def exit_without_teardown() -> None:
+    """Every file of the run is written and closed (each written to a temporary name and renamed).
+    Skip the interpreter's teardown of torch and Megatron-Core, which takes ~1 s per process on two
+    cores before torchrun can notice the exit (minutes across the suite's few hundred jobs). What
+    that teardown would have done and still must be done: stop this process's children — the
+    checkpoint writer processes that Megatron's dist_checkpointing keeps between saves (left alone,
+    they outlive the job, ~300 MB each) — and flush the output streams."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        child.terminate()
+    for child in multiprocessing.active_children():
+        child.join(timeout=10)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
