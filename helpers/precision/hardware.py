@@ -24,6 +24,9 @@ class Support:
     def message(self) -> str:
         where = "no GPU" if self.capability is None else \
             f"compute capability {self.capability[0]}.{self.capability[1]} ({self.generation})"
+        if self.capability is None:
+            return (f"{where}: FP8 GEMMs need a GPU of compute capability >= "
+                    f"{FP8_MIN_CAPABILITY[0]}.{FP8_MIN_CAPABILITY[1]} (Ada, Hopper, Blackwell); CPU jobs train in fp32")
         if not self.fp8_recipes:
             return (f"{where}: no FP8 tensor cores (they need compute capability >= "
                     f"{FP8_MIN_CAPABILITY[0]}.{FP8_MIN_CAPABILITY[1]}: Ada, Hopper, Blackwell); "

@@ -93,3 +93,34 @@ def plot_recipe_errors(rows: Table, ax=None):
     ax.legend(fontsize=8)
     ax.set_title("quantisation error per recipe")
     return ax
+
+
+def gpu_runs(results: dict) -> dict:
+    """The training runs of benchmarks/gpu_precision.py's results file (docs/precision_gpu_results.json)."""
+    first = results["run1"]
+    return {k: first[k] for k in ("bf16", "fp8_tensorwise", "fp8_rowwise") if "tokens_per_s" in first.get(k, {})}
+
+
+def gpu_table(results: dict) -> Table:
+    runs = gpu_runs(results)
+    base = runs["bf16"]
+    return Table({"run": k, "iterations": r["iters"], "tokens/s": r["tokens_per_s"],
+                  "vs bf16": r["tokens_per_s"] / base["tokens_per_s"], "MFU (bf16 peak)": r["mfu_vs_bf16_peak"],
+                  "peak allocated GiB": r["max_allocated_bytes"] / 2**30, "planned GiB": r["planned_bytes"] / 2**30,
+                  "final loss (last 10)": r["final_loss_mean10"] if r["iters"] == base["iters"] else "",
+                  "loss vs bf16": (r["final_loss_mean10"] / base["final_loss_mean10"] - 1)
+                  if r["iters"] == base["iters"] else ""} for k, r in runs.items())
+
+
+def plot_gpu_losses(results: dict, ax=None):
+    """The recorded loss curves of the H200 runs (bf16 and FP8 from the same initial weights)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4))
+    for name, r in gpu_runs(results).items():
+        ax.plot(range(1, len(r["losses"]) + 1), r["losses"], label=name, linewidth=1.2)
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("training loss")
+    ax.set_title(f"1.4B GPT on {results['run1']['gpu']}: bf16 vs FP8")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return ax

@@ -41,7 +41,7 @@ def test_recipes_per_generation():
     assert HOPPER.fp8_recipes == ("tensorwise", "rowwise") and not HOPPER.mxfp8
     assert ADA.fp8_recipes == ("tensorwise",) and BLACKWELL.mxfp8
     assert "no MXFP8 (Blackwell only" in HOPPER.message() and "MXFP8 in hardware" in BLACKWELL.message()
-    assert hardware.support(None).message().startswith("no GPU: no FP8 tensor cores")
+    assert hardware.support(None).message().startswith("no GPU: FP8 GEMMs need a GPU")
     spec = gpu_job(fp8_recipe="rowwise")
     precision_check.check(spec, spec.model_preset(), HOPPER)  # runs
     with pytest.raises(InvalidJob, match=r"fp8_recipe='rowwise' cannot run here.*Ada.*\['tensorwise'\]"):
