@@ -54,8 +54,8 @@ class JobSpec(ParallelSizes):
     eval_iters: int = knob(2, "global batches per validation and per test pass")
     # ---- where and how
     device: str = knob("auto", "auto = cuda when a GPU is visible, else cpu", choices=("auto", "cpu", "cuda"))
-    precision: str = knob("auto", "auto = fp32 on cpu, bf16 on cuda; fp8 = bf16 weights and activations with every "
-                          "transformer linear's GEMMs in FP8 (a GPU of compute capability >= 8.9; local backend: the "
+    precision: str = knob("auto", "auto = fp32 on cpu, bf16 on cuda; fp8 = bf16 weights and activations with the "
+                          "GEMMs of the attention and dense-MLP linears in FP8 (a GPU of compute capability >= 8.9; local backend: the "
                           "kit's FP8 linears on torch._scaled_mm, te: Transformer Engine's FP8)", choices=PRECISIONS)
     fp8_recipe: str = knob("tensorwise", "FP8 scaling with precision=fp8: tensorwise (one scale per tensor) or "
                            "rowwise (one per row; Hopper and newer, local backend)", choices=FP8_RECIPES)
