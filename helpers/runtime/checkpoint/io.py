@@ -26,16 +26,6 @@ from helpers.runtime.checkpoint import megatron_0_19
 MARKER = checkpoint_dir.SEED_MARKER  # written last: a folder without it is an interrupted save
 
 
-def _forked_results_queue() -> None:
-    """Megatron-Core's torch_dist writer returns its write results through a multiprocessing
-    Manager queue, made on a process's first save in the 'spawn' context: a new process that
-    re-imports the worker (~3 s of CPU per rank on the 2-core CPU machine, once per saving job).
-    Megatron-LM's training loop makes that queue first, in the 'fork' context (its async_utils);
-    the kit does the same. The Manager's process ends with the worker (train.exit_without_teardown)."""
-    from megatron.core.dist_checkpointing.strategies.filesystem_async import get_write_results_queue
-    get_write_results_queue(mp_mode="fork")
-
-
 def save_model(chunks: list[torch.nn.Module], path: Path) -> None:
     """Save the model alone (one chunk: used at world size 1 for the seed checkpoint)."""
     path = Path(path)
@@ -43,7 +33,6 @@ def save_model(chunks: list[torch.nn.Module], path: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     assert len(chunks) == 1, "seed checkpoints are written at world size 1 without VPP"
-    _forked_results_queue()
     dist_checkpointing.save({"model0": unwrap(chunks[0]).sharded_state_dict()}, str(tmp))
     (tmp / MARKER).write_text("ok\n")
     if path.exists():  # another job finished the same seed checkpoint first: keep theirs
@@ -136,7 +125,6 @@ def save(root: Path, iteration: int, model: list, opt, spec, model_desc, beat, e
     state["iteration"] = iteration
     state["rng_state"] = _rng_object(rank, dist.get_world_size(), _rng_state())
     # verify_integrity: rank 0 writes integrity.json (SHA-256 of every file) after all ranks wrote.
-    _forked_results_queue()
     dist_checkpointing.save(state, str(path), verify_integrity=True)
     beat(f"checkpoint save: waiting for every rank ({path.name})", iteration)
     dist.barrier()
