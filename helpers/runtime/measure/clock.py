@@ -41,7 +41,6 @@ class Clock:
         Call at the start of an iteration: the device is idle there anyway."""
         if not self.cuda:
             return
-        torch.cuda.synchronize()
         self.settle()
         event = torch.cuda.Event(enable_timing=True)
         event.record()

@@ -36,20 +36,17 @@ class Instruments:
         self.comm = CommLog(rank, clock=self.clock).install()
         self.timeline = Timeline(rank, model, clock=self.clock).install()
 
-    def _now(self):
-        return self.clock.stamp()
-
     def begin(self, iteration: int) -> None:
         self.clock.anchor()  # settles the previous iteration's stamps (one synchronisation)
         self.timeline.iteration = iteration
         self.comm.begin(iteration, "forward_backward")
-        self._t = {"forward_backward": self._now()}
+        self._t = {"forward_backward": self.clock.stamp()}
 
     def paused(self):
         return self.comm.paused()
 
     def phase(self, name: str) -> None:
-        now = self._now()
+        now = self.clock.stamp()
         prev, t0 = next(iter(self._t.items()))
         self.timeline.mark(prev, t0, now)
         self._t = {name: now}
@@ -58,7 +55,7 @@ class Instruments:
     def end(self) -> None:
         self.comm.end()
         prev, t0 = next(iter(self._t.items()))
-        self.timeline.mark(prev, t0, self._now())
+        self.timeline.mark(prev, t0, self.clock.stamp())
         self._t = {}
 
     def rank_facts(self) -> dict:
