@@ -5,8 +5,8 @@ before it and accumulates in fp32 inside the tensor cores; the bf16 master weigh
 gradient buffers of Megatron's optimizer are untouched.
 
   recipe      forward            dgrad              wgrad              saved for backward
-  tensorwise  x e4m3, W e4m3     dy e5m2, W e4m3    dy e5m2, x e4m3    x in FP8 (+ its scale)
-  rowwise     x e4m3, W e4m3     dy e4m3, W e4m3    dy e4m3, x e4m3    x in bf16
+  tensorwise  x e4m3, W e4m3     dy e5m2, W e4m3    dy e5m2, x e4m3    x^T and W^T in FP8 (+ scales)
+  rowwise     x e4m3, W e4m3     dy e4m3, W e4m3    dy e4m3, x e4m3    x and W in bf16
               (one scale per row of each operand along the GEMM's contraction dimension, so
               each GEMM quantises its own copy: W per output row forward, per input column for
               dgrad; x and dy per token forward/dgrad, per feature for wgrad)
@@ -14,11 +14,14 @@ gradient buffers of Megatron's optimizer are untouched.
 Tensorwise follows Transformer Engine's "hybrid" format (gradients in e5m2, their wider range),
 rowwise torchao's rowwise recipe (e4m3 throughout: a scale per row already covers the range).
 `_scaled_mm` wants its first operand row-major and its second column-major, so the quantiser
-writes an operand transposed where a GEMM needs that. Its dimensions must be multiples of 16 (checked before a
-job starts: helpers/launch/precision_check.py). On the GPU the quantisation is compiled
-(torch.compile fuses the amax, the scaling and the cast: unfused, they would cost more memory
-traffic than FP8 saves)."""
+writes an operand transposed where a GEMM needs that. Its dimensions must be multiples of 16
+(checked before a job starts: helpers/launch/precision_check.py). On the GPU the quantiser is one
+Triton kernel per tensor after one amax reduction (helpers/precision/fp8_cast_gpu.py says why: as
+torch operations it cost more memory traffic than FP8 saves), and inside weights_fixed() (one
+training step's microbatches) each weight is quantised once, not once per microbatch."""
 from __future__ import annotations
+
+from contextlib import contextmanager
 
 import torch
 
@@ -29,32 +32,53 @@ RECIPES = FP8_RECIPES  # the names JobSpec.fp8_recipe takes
 GRAD_FORMAT = {"tensorwise": "e5m2", "rowwise": "e4m3"}
 scaled_mm = torch._scaled_mm  # module attribute: the unit test swaps in an emulation for rowwise on CPU
 
-_compiled = {}
-
-
 def scaled_cast_layouts(x, fmax: float, dtype, dim, plain: bool, transposed: bool):
     """recipes.scale_and_cast_to, returning the FP8 matrix row-major (`plain`), its transpose
     made contiguous (`transposed`: what a GEMM needs as a column-major operand), or both, and the
-    dequantisation scale. Compiled, both layouts come out of one pass over x."""
+    dequantisation scale (the CPU path; fp8_cast_gpu.scale_cast computes the same bytes on the GPU)."""
     q, inverse = recipes.scale_and_cast_to(x, fmax, dtype, dim)
     return (q if plain else None), (q.t().contiguous() if transposed else None), inverse
 
 
 def quantize(x: torch.Tensor, fmt: str, dim: int | None = None, plain: bool = True, transposed: bool = False):
-    """(row-major FP8 or None, transposed FP8 or None, fp32 dequantisation scale). On the GPU
-    compiled (one graph for every shape: dynamic=True); unfused, the casts and transposes
-    cost more memory traffic than FP8 saves."""
+    """(row-major FP8 or None, transposed FP8 or None, fp32 dequantisation scale). On the GPU one
+    amax reduction and one Triton kernel (helpers/precision/fp8_cast_gpu.py, imported only there:
+    triton is not installed everywhere torch is); elsewhere the torch operations above."""
     f = formats.get(fmt)
     if x.device.type != "cuda":
         return scaled_cast_layouts(x, f.max, f.dtype, dim, plain, transposed)
-    if "fn" not in _compiled:
-        # Every (format, dim, layouts) combination is its own graph; torch's default limit (8)
-        # was hit on the H200 and the rest ran eager. Inputs are detached: requires_grad would
-        # double the graphs (the quantised copies need no autograd: FP8Matmul is the Function).
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 32)
-        _compiled["fn"] = torch.compile(scaled_cast_layouts, dynamic=True)
-    with torch.no_grad():
-        return _compiled["fn"](x.detach(), f.max, f.dtype, dim, plain, transposed)
+    from helpers.precision import fp8_cast_gpu
+    with torch.no_grad():  # the quantised copies need no autograd: FP8Matmul is the Function
+        return fp8_cast_gpu.scale_cast(x.detach(), f.max, f.dtype, dim, plain, transposed)
+
+
+_fixed_weights: dict | None = None  # id(weight) -> (weight, its FP8 layouts) inside weights_fixed()
+
+
+@contextmanager
+def weights_fixed():
+    """Inside: every weight is quantised once and its FP8 copies reused. The training loop opens it
+    around one step's forward and backward passes, where no weight changes (the optimizer steps
+    after); it saves each linear's weight quantisation on every microbatch but the first. The
+    copies (1 byte per weight per layout) are dropped on exit."""
+    global _fixed_weights
+    _fixed_weights = {}
+    try:
+        yield
+    finally:
+        _fixed_weights = None
+
+
+def quantize_weight(weight: torch.Tensor, fmt: str, dim: int | None = None, plain: bool = True,
+                    transposed: bool = False):
+    """quantize() of a weight, from the cache while weights_fixed() is open."""
+    if _fixed_weights is None:
+        return quantize(weight, fmt, dim, plain, transposed)
+    key = (id(weight), fmt, dim, plain, transposed)
+    hit = _fixed_weights.get(key)
+    if hit is None or hit[0] is not weight:  # `is`: an id can be reused by another tensor
+        hit = _fixed_weights[key] = (weight, quantize(weight, fmt, dim, plain, transposed))
+    return hit[1]
 
 
 def _mm(a, b, scale_a, scale_b) -> torch.Tensor:
@@ -74,12 +98,13 @@ class FP8Matmul(torch.autograd.Function):
         x2 = x.reshape(-1, x.shape[-1]).contiguous()  # [M, K]
         if recipe == "tensorwise":
             xq, xq_t, xs = quantize(x2, "e4m3", transposed=True)
-            wq, _, ws = quantize(weight, "e4m3")
+            wq, wq_t, ws = quantize_weight(weight, "e4m3", transposed=True)  # both layouts of W in one pass
             y = _mm(xq, wq.t(), xs, ws)
-            ctx.save_for_backward(xq_t, xs, weight)  # FP8 x (transposed for wgrad): half of bf16's bytes
+            # FP8 x (transposed for wgrad): half of bf16's bytes; W^T in FP8 for dgrad
+            ctx.save_for_backward(xq_t, xs, wq_t, ws)
         else:
             xq, _, xs = quantize(x2, "e4m3", dim=-1)  # [M, 1]: per token
-            wq, _, ws = quantize(weight, "e4m3", dim=-1)  # [N, 1]: per output row
+            wq, _, ws = quantize_weight(weight, "e4m3", dim=-1)  # [N, 1]: per output row
             y = _mm(xq, wq.t(), xs, ws.t().contiguous())
             ctx.save_for_backward(x2, weight)
         return y.reshape(*x.shape[:-1], weight.shape[0])
@@ -92,10 +117,9 @@ class FP8Matmul(torch.autograd.Function):
         want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dx = dw = None
         if recipe == "tensorwise":
-            xq_t, xs, weight = ctx.saved_tensors
+            xq_t, xs, wq_t, ws = ctx.saved_tensors
             dyq, dyq_t, dys = quantize(dy2, gfmt, plain=want_dx, transposed=want_dw)
             if want_dx:
-                _, wq_t, ws = quantize(weight, "e4m3", plain=False, transposed=True)
                 dx = _mm(dyq, wq_t.t(), dys, ws)
             if want_dw:
                 dw = _mm(dyq_t, xq_t.t(), dys, xs)
@@ -103,7 +127,7 @@ class FP8Matmul(torch.autograd.Function):
             x2, weight = ctx.saved_tensors
             if want_dx:
                 dyq, _, dys = quantize(dy2, gfmt, dim=-1)  # [M, 1]: per token, over N
-                _, wq_t, ws = quantize(weight, "e4m3", dim=0, plain=False, transposed=True)  # [1, K]: per column
+                _, wq_t, ws = quantize_weight(weight, "e4m3", dim=0, plain=False, transposed=True)  # [1, K]: per column
                 dx = _mm(dyq, wq_t.t(), dys, ws)
             if want_dw:
                 _, dyq_t, dys = quantize(dy2, gfmt, dim=0, plain=False, transposed=True)  # [1, N]: per feature

@@ -78,3 +78,37 @@ def test_no_weight_gradient_when_frozen_and_unknown_recipe_refused():
     assert x.grad is not None and w.grad is None
     with pytest.raises(ValueError, match="unknown FP8 recipe"):
         fp8_matmul.fp8_matmul(x, w, "mxfp8")
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
+def test_weights_fixed_quantises_each_weight_once_per_step_with_the_same_result(recipe, monkeypatch):
+    """The training loop opens weights_fixed() around one step's microbatches: the weight's FP8
+    copies are made on the first microbatch and reused, with results identical to quantising every
+    time; a second weight gets its own copies; on exit the cache is gone."""
+    if recipe == "rowwise":
+        monkeypatch.setattr(fp8_matmul, "scaled_mm", emulated_scaled_mm)
+    x, w, dy = operands()
+    other = (torch.randn(48, 64) * 0.05).to(torch.bfloat16).requires_grad_()
+
+    def step(weights):
+        out = []
+        for microbatch in range(3):
+            xm = (x.detach() * (microbatch + 1)).requires_grad_()
+            for weight in weights:
+                y = fp8_matmul.fp8_matmul(xm, weight, recipe)
+                y.backward(dy)
+                out.append(y.detach())
+        return out + [xm.grad] + [weight.grad.clone() for weight in weights]
+
+    plain = step([w, other])
+    w.grad = other.grad = None
+    calls = []
+    real = fp8_matmul.quantize
+    monkeypatch.setattr(fp8_matmul, "quantize", lambda t, *a, **k: calls.append(t) or real(t, *a, **k))
+    with fp8_matmul.weights_fixed():
+        cached = step([w, other])
+    assert fp8_matmul._fixed_weights is None
+    weight_calls = [t for t in calls if t is w or t is other]
+    layouts = 1 if recipe == "tensorwise" else 2  # tensorwise: both layouts in one call; rowwise: per row, per column
+    assert len(weight_calls) == 2 * layouts, len(weight_calls)  # once per weight, not 3 microbatches x 2
+    assert all(torch.equal(a, b) for a, b in zip(plain, cached))

@@ -1,0 +1,105 @@
+"""The FP8 quantiser of the training path as one Triton kernel: scale, saturate and cast a bf16
+matrix to e4m3/e5m2, writing it row-major, transposed, or both, in one pass over the input.
+
+Why the kit owns this (it replaces what Transformer Engine's cast/transpose kernels do): every FP8
+GEMM needs its two operands quantised right before it, and `_scaled_mm` wants the second one
+column-major, so the weight gradient needs x and dy transposed as well. Written as torch
+operations, the quantiser is an fp32 copy, an abs, a reduction, a multiply, a clamp, a cast and a
+transposing copy: seven passes over memory. On the H200 that cost more than FP8 saves (one FC1-sized
+linear: 1.7 ms in FP8 against 1.0 ms in bf16, run 1 of benchmarks/gpu_precision.py); torch.compile
+with dynamic shapes fused it only partly (its full reduction to one amax ran at a fraction of memory
+bandwidth). Here the amax is one torch reduction (`vector_norm(ord=inf)`, no materialised abs) and
+everything else one kernel: each program loads a tile once, scales it in fp32, and stores it in
+both layouts (the transposed store goes through shared memory, so both stores are coalesced).
+
+The arithmetic is recipes.scale_and_cast_to's, operation for operation (scale = max / amax in fp32
+the way torch divides a number by a tensor, 1 where amax is 0; clamp; round-to-nearest-even cast;
+dequantisation multiplier 1 / scale), so the two agree bit for bit: benchmarks/gpu_precision.py
+counts the differing bytes on the GPU; tests/unit/test_fp8_cast_gpu.py runs the kernel in Triton's
+interpreter on CPU on values that need no rounding (the interpreter's own FP8 rounding is not the
+GPU's: it does not carry a rounded-up mantissa into the exponent).
+
+Scale granularity (`dim`): None, one scale for the matrix (tensorwise); -1/1, one per row; 0, one
+per column (the rowwise recipe scales along each GEMM's contraction dimension)."""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_M, BLOCK_K = 64, 128  # a tile: 64 rows of 128 bf16 values (16 KiB in, 8 KiB per FP8 layout out)
+PER_TENSOR, PER_ROW, PER_COLUMN = 0, 1, 2
+
+
+@triton.jit
+def _scale_of(amax, fmax):
+    """The scale and its inverse as torch computes them in recipes.scale_and_cast_to: `fmax / amax`
+    with a tensor is torch's reciprocal-then-multiply (two roundings), `1.0 / scale` a reciprocal;
+    both correctly rounded (Triton's `/` is an approximate division on the GPU, hence div_rn).
+    1 where amax is 0."""
+    amax = amax.to(tl.float32)
+    one = tl.zeros_like(amax) + 1.0
+    scale = tl.where(amax > 0, tl.div_rn(one, amax) * fmax, 1.0)
+    return scale, tl.div_rn(one, scale)
+
+
+@triton.jit
+def _scale_cast_kernel(x_ptr, amax_ptr, q_ptr, qt_ptr, inverse_ptr, M, K, fmax,
+                       GRANULARITY: tl.constexpr, PLAIN: tl.constexpr, TRANSPOSED: tl.constexpr,
+                       BM: tl.constexpr, BK: tl.constexpr):
+    pid_m, pid_k = tl.program_id(0), tl.program_id(1)
+    rows = pid_m * BM + tl.arange(0, BM)
+    cols = pid_k * BK + tl.arange(0, BK)
+    row_in, col_in = rows < M, cols < K
+    inside = row_in[:, None] & col_in[None, :]
+    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], mask=inside, other=0.0).to(tl.float32)
+    if GRANULARITY == 0:  # one scale; program (0, 0) writes its inverse
+        scale, inverse = _scale_of(tl.load(amax_ptr), fmax)
+        if (pid_m == 0) & (pid_k == 0):
+            tl.store(inverse_ptr, inverse)
+        scaled = x * scale
+    elif GRANULARITY == 1:  # one per row; the first column of programs writes them
+        scale, inverse = _scale_of(tl.load(amax_ptr + rows, mask=row_in, other=1.0), fmax)
+        if pid_k == 0:
+            tl.store(inverse_ptr + rows, inverse, mask=row_in)
+        scaled = x * scale[:, None]
+    else:  # one per column; the first row of programs writes them
+        scale, inverse = _scale_of(tl.load(amax_ptr + cols, mask=col_in, other=1.0), fmax)
+        if pid_m == 0:
+            tl.store(inverse_ptr + cols, inverse, mask=col_in)
+        scaled = x * scale[None, :]
+    q = tl.minimum(tl.maximum(scaled, -fmax), fmax).to(q_ptr.dtype.element_ty)
+    if PLAIN:
+        tl.store(q_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], q, mask=inside)
+    if TRANSPOSED:  # the tile transposed, so that consecutive threads store consecutive bytes
+        tl.store(qt_ptr + cols[:, None].to(tl.int64) * M + rows[None, :], tl.trans(q), mask=tl.trans(inside))
+
+
+def scale_cast(x: torch.Tensor, fmax: float, dtype: torch.dtype, dim: int | None, plain: bool = True,
+               transposed: bool = False):
+    """(row-major FP8 or None, transposed FP8 or None, fp32 dequantisation multiplier) of a 2-D
+    matrix: the layouts fp8_matmul.quantize returns, shaped like scale_and_cast_to's (the
+    multiplier is a scalar, [M, 1] or [1, K])."""
+    if x.dim() != 2:
+        raise ValueError(f"fp8_cast_gpu.scale_cast takes a matrix, got shape {tuple(x.shape)}")
+    x = x.contiguous()
+    m, k = x.shape
+    if dim is None:
+        granularity, amax = PER_TENSOR, torch.linalg.vector_norm(x, float("inf"))
+        inverse = torch.empty((), dtype=torch.float32, device=x.device)
+    elif dim in (1, -1):
+        granularity, amax = PER_ROW, torch.linalg.vector_norm(x, float("inf"), dim=1, keepdim=True)
+        inverse = torch.empty((m, 1), dtype=torch.float32, device=x.device)
+    elif dim == 0:
+        granularity, amax = PER_COLUMN, torch.linalg.vector_norm(x, float("inf"), dim=0, keepdim=True)
+        inverse = torch.empty((1, k), dtype=torch.float32, device=x.device)
+    else:
+        raise ValueError(f"dim must be None, 0, 1 or -1, got {dim}")
+    q = torch.empty((m, k), dtype=dtype, device=x.device) if plain else None
+    qt = torch.empty((k, m), dtype=dtype, device=x.device) if transposed else None
+    # an unused layout still needs a pointer of the FP8 type: the other one's (never written)
+    q_arg, qt_arg = (q if plain else qt), (qt if transposed else q)
+    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(k, BLOCK_K))
+    _scale_cast_kernel[grid](x, amax.contiguous(), q_arg, qt_arg, inverse, m, k, fmax,
+                             GRANULARITY=granularity, PLAIN=plain, TRANSPOSED=transposed, BM=BLOCK_M, BK=BLOCK_K)
+    return q, qt, inverse
