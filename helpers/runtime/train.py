@@ -72,6 +72,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     import torch.distributed as dist
     from megatron.core import parallel_state as ps
 
+    from helpers.precision import fp8_matmul
     from helpers.runtime import evaluation, faults, gather, preflight, report, setup
     from helpers.runtime.checkpoint import policy as checkpoints
     from helpers.runtime.measure import (
@@ -138,9 +139,12 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         routers.begin(it + 1)
         if captured:
             captured.current = it + 1
-        losses = run_schedule(model, data_iters, spec, partial(forward_step, device, scale), forward_only=False)
+        with fp8_matmul.weights_fixed():  # FP8 linears quantise each weight once per step, not per microbatch
+            losses = run_schedule(model, data_iters, spec, partial(forward_step, device, scale), forward_only=False)
+        issued = time.perf_counter()  # every microbatch is queued (on one GPU nothing above waits for the device)
         with inst.paused():  # the kit's own loss sum is not Megatron's traffic
-            loss = global_loss(losses, spec, device)
+            loss = global_loss(losses, spec, device)  # waits for the GPU (.item of the reduced loss)
+        drained = time.perf_counter()
         card.loss(it + 1, loss)
         if not math.isfinite(loss):
             raise FloatingPointError(f"loss is {loss} at iteration {it + 1}: training stopped "
@@ -157,7 +161,10 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         profiled.after(it)
         record = {"iteration": it + 1, "time": time.time(), "loss": loss, "grad_norm": float(grad_norm or 0.0),
                   "lr": spec.lr, "skipped": not ok, "step_time_s": step,
-                  "tokens_per_s": tokens_per_iter / step}
+                  "tokens_per_s": tokens_per_iter / step,
+                  # host-bound or device-bound: how long the host took to queue the forward/backward
+                  # passes, and how long it then waited for the device to finish them (~0: host-bound)
+                  "fwd_bwd_issue_s": issued - t0, "fwd_bwd_drain_s": drained - issued}
         if it == start:
             static = gather.gather_to_rank0({**memory_stats.static_memory(model, opt), **inst.rank_facts()})
             if rank == 0:

@@ -39,6 +39,9 @@ def test_single_process_run_writes_the_run_directory(reference):
     assert manifest["layout"]["dp"] == 1
     for key in ["grad_norm", "step_time_s", "tokens_per_s", "skipped"]:
         assert key in run.metrics[0]
+    for m in run.metrics:  # the host/device split of the forward/backward passes lies inside the step
+        assert 0 < m["fwd_bwd_issue_s"] and 0 <= m["fwd_bwd_drain_s"]
+        assert m["fwd_bwd_issue_s"] + m["fwd_bwd_drain_s"] < m["step_time_s"]
     assert run.ranks[0]["param_bytes"] == run.ranks[0]["params"] * 4  # fp32
 
 
