@@ -136,8 +136,9 @@ def _local_fp8(model, lay, tr, kind, T, Th, saved, transient) -> tuple[float, fl
     outputs nothing else keeps), the projection's input (the head-merged copy; SDPA keeps its own
     output regardless) and FC2's (the activation's output); under SP the gathered input. Rowwise
     keeps the bf16 input as bf16 does (its weight gradient re-quantises it per feature). Backward
-    holds one GEMM's quantised operands at a time: the output gradient and the weight in FP8 with
-    their transposes and the input's transpose (1 byte each), the widest linear's."""
+    holds one GEMM's quantised operands at a time: the output gradient in FP8 with its transpose
+    and the input's transpose (1 byte each), the widest linear's. The weights' FP8 copies are made
+    once per step and kept for it (plan.py counts them with the workspace)."""
     B, h, tp = tr.act_bytes, model.hidden_size, lay.tp
     d = model.kv_channels or h // model.num_attention_heads
     q_w = model.num_attention_heads * d // tp
@@ -150,7 +151,7 @@ def _local_fp8(model, lay, tr, kind, T, Th, saved, transient) -> tuple[float, fl
         if kind != "moe":  # the dense MLP's linears (MoE experts stay bf16)
             saved += T * h * 1 - Th * h * B + T * f_in * (1 - B)  # FC1 input, FC2 input
     widest = [(qkv_w, h), (h, q_w)] + ([(f, h), (h, f_in)] if kind != "moe" else [])
-    fp8_transient = max(2 * T * n + 2 * n * k + T * k for n, k in widest)
+    fp8_transient = max(2 * T * n + T * k for n, k in widest)
     return saved, max(transient, fp8_transient)
 
 

@@ -33,6 +33,7 @@ from helpers.memory.activations import in_flight, layer_activation
 from helpers.memory.static import (
     StaticMemory,
     chunk_params,
+    fp8_linear_numel,
     layer_kind,
     stage_layers,
     static_memory,
@@ -183,6 +184,8 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
         }
         if tr.precision == "fp8" and lay.backend == "te":  # TE keeps an fp8 copy and its transpose of every GEMM weight
             terms["workspace"] += 2 * static.params
+        elif tr.precision == "fp8":  # the kit's: two FP8 layouts of each FP8 linear's weight per step (weights_fixed)
+            terms["workspace"] += 2 * fp8_linear_numel(model, lay, stage)
         stages.append(StagePlan(stage, label, layers[stage], static.params, n_expert, n_flight,
                                 {k: int(v) for k, v in terms.items()}, static))
     return MemoryPlan(model, lay, tr, stages)

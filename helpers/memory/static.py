@@ -165,6 +165,16 @@ def chunk_params(model: ModelPreset, lay: Layout, stage: int, chunk: int) -> lis
     return out
 
 
+FP8_LINEARS = ("linear_qkv.weight", "linear_proj.weight", "linear_fc1.weight", "linear_fc2.weight")
+
+
+def fp8_linear_numel(model: ModelPreset, lay: Layout, stage: int) -> int:
+    """Weights of this stage that the kit's local FP8 linears quantise (helpers/runtime/fp8_linear.py:
+    attention and dense-MLP linears; experts, embedding and output layer stay bf16)."""
+    return sum(p.numel for chunk in range(lay.vpp or 1) for p in chunk_params(model, lay, stage, chunk)
+               if p.name.endswith(FP8_LINEARS) and "experts." not in p.name)
+
+
 def _buffer_numel(params: list[Param], shards: int, dist_opt: bool) -> int:
     """Elements of one DDP gradient buffer (one bucket: the kit does not overlap grad reduction)."""
     if not dist_opt:
