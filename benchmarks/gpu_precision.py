@@ -12,7 +12,15 @@ against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocatio
      (KIT_CAPTURE_TENSORS), quantised by every recipe of helpers/precision/recipes.py (MXFP8 emulated).
 
     KIT_DATA_DIR=<folder with wikitext-2-raw-v1/ and tokenizers/gpt2/> \\
-    python benchmarks/gpu_precision.py --out DIR [--iters 200] [--global-batch 8] [--rowwise-iters 30]
+    python benchmarks/gpu_precision.py --out DIR [--iters 200] [--global-batch 32] [--rowwise-iters 30]
+        [--skip gemm,bf16,tensorwise,rowwise,recipes] [--merge EARLIER/results.json]
+
+Global batch 32 (8 microbatches) is the GPU-speed benchmark's (benchmarks/gpu_throughput.py); 200 of
+its iterations take ~4 minutes per precision on an H200, so bf16 and FP8 fit one 10-minute device
+call only with --skip: run `--skip tensorwise,rowwise` first, then `--skip gemm,bf16,recipes
+--merge <the first call's results.json>`, which keeps the earlier entries and compares against them.
+Each training row also has the host/device split of its steps (metrics.jsonl's fwd_bwd_issue_s and
+fwd_bwd_drain_s, medians): a drain near 0 means the host, not the GPU, sets the pace.
 """
 import argparse
 import json
@@ -66,7 +74,7 @@ def gemm_check(m=8192, k=2048, n=8192) -> dict:
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02
     dy = torch.randn(m, n, device="cuda", dtype=torch.bfloat16) * 1e-3
     flops = 3 * 2 * m * n * k
-    out = {"shape": [m, k, n], "bf16_s": timed(lambda a, b: a @ b.t(), x, w, dy)}
+    out = {"shape": [m, k, n], "quantiser": quantiser_check(x), "bf16_s": timed(lambda a, b: a @ b.t(), x, w, dy)}
     out["bf16_tflops"] = flops / out["bf16_s"] / 1e12
     for recipe in ("tensorwise", "rowwise"):
         real = run(lambda a, b: fp8_matmul.fp8_matmul(a, b, recipe), x, w, dy)
@@ -91,6 +99,41 @@ def gemm_check(m=8192, k=2048, n=8192) -> dict:
     return out
 
 
+def quantiser_check(x) -> dict:
+    """The Triton quantiser (helpers/precision/fp8_cast_gpu.py) against the torch one it replaces
+    (recipes.scale_and_cast_to) on a spread-out bf16 matrix: differing FP8 bytes and dequantisation
+    multipliers for every format and scale granularity (0 expected), and its time for both layouts
+    next to the time its memory traffic needs at the H200's ~4.8 TB/s."""
+    import torch
+
+    from helpers.precision import formats, fp8_cast_gpu, recipes
+    x = (x * torch.logspace(-3, 2, x.shape[1], device=x.device)).to(torch.bfloat16)
+    x[0] = 0  # an all-zero row: scale 1
+    out = {}
+    for fmt in ("e4m3", "e5m2"):
+        f = formats.get(fmt)
+        for name, dim in (("tensor", None), ("row", -1), ("column", 0)):
+            want, want_inverse = recipes.scale_and_cast_to(x, f.max, f.dtype, dim)
+            q, qt, inverse = fp8_cast_gpu.scale_cast(x, f.max, f.dtype, dim, plain=True, transposed=True)
+            out[f"{fmt}_{name}"] = {
+                "differing_bytes": int((q.view(torch.uint8) != want.view(torch.uint8)).sum()),
+                "differing_bytes_transposed": int((qt.view(torch.uint8) != want.t().contiguous().view(torch.uint8)).sum()),
+                "differing_multipliers": int((inverse != want_inverse).sum())}
+    f = formats.get("e4m3")
+    for _ in range(3):
+        fp8_cast_gpu.scale_cast(x, f.max, f.dtype, None, True, True)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(20):
+        fp8_cast_gpu.scale_cast(x, f.max, f.dtype, None, True, True)
+    end.record()
+    torch.cuda.synchronize()
+    out["both_layouts_us"] = start.elapsed_time(end) / 20 * 1e3
+    out["traffic_bound_us"] = x.numel() * (2 + 2 + 1 + 1) / 4.8e12 * 1e6  # amax read, read, two FP8 writes
+    out["exact"] = all(v == 0 for r in out.values() if isinstance(r, dict) for v in r.values())
+    return out
+
+
 def train(precision: str, recipe: str, iters: int, gbs: int, out: Path, capture: int | None = None) -> dict:
     env = {"NCCL_NVLS_ENABLE": "0"}
     if capture:
@@ -102,11 +145,13 @@ def train(precision: str, recipe: str, iters: int, gbs: int, out: Path, capture:
                      progress=False, timeout_s=420, env=env)
     steps = [m["step_time_s"] for m in run.metrics]
     step = statistics.median(steps[WARMUP:] or steps)
+    split = {k: statistics.median([m[k] for m in run.metrics][WARMUP:] or [m[k] for m in run.metrics])
+             for k in ("fwd_bwd_issue_s", "fwd_bwd_drain_s")}
     peaks = json.loads((run.path / "device_memory.json").read_text())
     plan = peak_rows(run.spec, peaks)[0]
     model = run.spec.model_preset()
     return {"precision": precision, "recipe": recipe if precision == "fp8" else None, "iters": iters,
-            "global_batch": gbs, "step_time_s": step, "tokens_per_s": gbs * SEQ / step,
+            "global_batch": gbs, "step_time_s": step, "tokens_per_s": gbs * SEQ / step, **split,
             "mfu_vs_bf16_peak": mfu(gbs * SEQ / step, model, SEQ, PEAK_BF16), "losses": run.losses,
             "final_loss_mean10": statistics.mean(run.losses[-10:]),
             "max_allocated_bytes": peaks["0"]["mem_max_allocated_bytes"],
@@ -136,17 +181,19 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--iters", type=int, default=200)
-    ap.add_argument("--global-batch", type=int, default=8)
+    ap.add_argument("--global-batch", type=int, default=32)
     ap.add_argument("--rowwise-iters", type=int, default=30)
     ap.add_argument("--skip", default="", help="comma list of gemm,bf16,tensorwise,rowwise,recipes")
+    ap.add_argument("--merge", type=Path, help="an earlier call's results.json: its entries are kept")
     args = ap.parse_args()
     import torch
 
     from helpers.precision import hardware
     args.out.mkdir(parents=True, exist_ok=True)
     skip = set(args.skip.split(","))
-    res = {"gpu": torch.cuda.get_device_name(0), "support": hardware.this_device().message(),
-           "command": " ".join(sys.argv), "torch": torch.__version__}
+    res = json.loads(args.merge.read_text()) if args.merge else {}
+    res.update({"gpu": torch.cuda.get_device_name(0), "support": hardware.this_device().message(),
+                "commands": res.get("commands", []) + [" ".join(sys.argv)], "torch": torch.__version__})
 
     def save():
         (args.out / "results.json").write_text(json.dumps(res, indent=1))
@@ -157,7 +204,8 @@ def main():
             res[key] = fn(*a, **kw)
             r = res[key]
             brief = {k: r[k] for k in ("tokens_per_s", "mfu_vs_bf16_peak", "final_loss_mean10", "max_allocated_bytes",
-                                       "planned_bytes", "fp8_linears") if isinstance(r, dict) and k in r}
+                                       "planned_bytes", "fp8_linears", "fwd_bwd_issue_s", "fwd_bwd_drain_s")
+                     if isinstance(r, dict) and k in r}
             print(f"{key} ({time.time() - t0:.0f} s): {json.dumps(brief) if brief else json.dumps(r)[:3000]}", flush=True)
         except Exception as e:  # keep going: one failure should not hide the other measurements
             res[key] = {"error": str(e)[-3000:]}

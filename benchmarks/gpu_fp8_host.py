@@ -1,0 +1,136 @@
+"""Host (CPU) time of the kit's FP8 linear on a GPU, taken apart: is the FP8 training step host-bound?
+
+Why: on the H200 (2026-12-01, README "Precision") the 1.4B GPT's FP8 step took as long as bf16's
+(1.11 s) although its GPU kernels add up to ~0.85 s; one FP8 linear's forward + backward took
+~700 us of host time on tiny matrices against ~145 us for bf16, more than its parts measured alone
+add up to. This script measures, on matrices small enough that the GPU is never the limit
+(64 x 64), the host microseconds per call of:
+
+  * bf16 forward+backward, FP8 forward+backward (tensorwise, rowwise; with and without the per-step
+    weight cache of fp8_matmul.weights_fixed);
+  * the same with the quantiser, then `_scaled_mm`, replaced by stubs that return ready tensors
+    (what is left is the autograd Function and its Python);
+  * the parts alone: amax (`vector_norm`), `torch.empty`, the Triton quantiser, `_scaled_mm`;
+and, at the real FC1 size (8192 x 2048 -> 8192), host time to queue a call against GPU time per call.
+
+    PYTHONPATH=$PWD python3 benchmarks/gpu_fp8_host.py --out DIR     (writes DIR/fp8_host.json)
+"""
+import argparse
+import json
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def host_us(fn, n=300) -> float:
+    """Microseconds per call, host clock, one synchronisation at the end (tiny matrices: the GPU
+    finishes each call long before the host has queued the next)."""
+    import torch
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(n):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / n * 1e6
+
+
+def forward_backward(fn, x, w, dy, persistent_weight=False):
+    def go():
+        xx = x.detach().requires_grad_()
+        ww = w if persistent_weight else w.detach().requires_grad_()
+        fn(xx, ww).backward(dy)
+    return go
+
+
+def fp8_call(recipe, a, b):
+    from helpers.precision import fp8_matmul
+    return fp8_matmul.fp8_matmul(a, b, recipe)
+
+
+def tiny(out: dict):
+    import torch
+
+    from helpers.precision import formats, fp8_cast_gpu, fp8_matmul
+    x, w, dy = (torch.randn(64, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    w_param = w.clone().requires_grad_()  # one tensor across calls: the cache can hit
+    f = formats.get("e4m3")
+    q, qt, s = fp8_cast_gpu.scale_cast(x, f.max, f.dtype, None, True, True)
+    ready = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
+    r = {}
+    r["bf16_fwd_bwd"] = host_us(forward_backward(lambda a, b: a @ b.t(), x, w, dy))
+    for recipe in ("tensorwise", "rowwise"):
+        fp8 = partial(fp8_call, recipe)
+        r[f"fp8_{recipe}_fwd_bwd"] = host_us(forward_backward(fp8, x, w, dy))
+        with fp8_matmul.weights_fixed():
+            r[f"fp8_{recipe}_fwd_bwd_weight_cached"] = host_us(forward_backward(fp8, x, w_param, dy, True))
+    fp8 = lambda a, b: fp8_matmul.fp8_matmul(a, b, "tensorwise")
+    real_quantize, real_mm = fp8_matmul.quantize, fp8_matmul.scaled_mm
+    fp8_matmul.quantize = lambda t, fmt, dim=None, plain=True, transposed=False: (q if plain else None,
+                                                                                 qt if transposed else None, s)
+    try:
+        r["fp8_tensorwise_quantiser_stubbed"] = host_us(forward_backward(fp8, x, w, dy))
+        fp8_matmul.scaled_mm = lambda *a, **k: ready
+        r["fp8_tensorwise_quantiser_and_scaled_mm_stubbed"] = host_us(forward_backward(fp8, x, w, dy))
+    finally:
+        fp8_matmul.quantize, fp8_matmul.scaled_mm = real_quantize, real_mm
+    r["vector_norm_inf"] = host_us(lambda: torch.linalg.vector_norm(x, float("inf")))
+    r["torch_empty_fp8"] = host_us(lambda: torch.empty((64, 64), dtype=torch.float8_e4m3fn, device="cuda"))
+    r["triton_quantiser_both_layouts"] = host_us(lambda: fp8_cast_gpu.scale_cast(x, f.max, f.dtype, None, True, True))
+    r["scaled_mm"] = host_us(lambda: torch._scaled_mm(q, qt.t(), s, s, out_dtype=torch.bfloat16))
+    r["bf16_mm"] = host_us(lambda: x @ w.t())
+    out["tiny_64_host_us_per_call"] = r
+    print("host us per call (64 x 64):", json.dumps({k: round(v, 1) for k, v in r.items()}), flush=True)
+
+
+def fc1(out: dict):
+    """At the FC1 size: host time to queue N calls (no synchronisation) against GPU time per call."""
+    import torch
+
+    from helpers.precision import fp8_matmul
+    x = torch.randn(8192, 2048, device="cuda", dtype=torch.bfloat16)
+    w = (torch.randn(8192, 2048, device="cuda", dtype=torch.bfloat16) * 0.02).requires_grad_()
+    dy = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) * 1e-3
+    r = {}
+    for name, fn in (("bf16", lambda a, b: a @ b.t()), ("fp8_tensorwise", lambda a, b: fp8_matmul.fp8_matmul(a, b, "tensorwise"))):
+        go = forward_backward(fn, x, w, dy, persistent_weight=True)
+        with fp8_matmul.weights_fixed():
+            for _ in range(3):
+                go()
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            t = time.perf_counter()
+            start.record()
+            for _ in range(10):
+                go()
+            queued = time.perf_counter() - t
+            end.record()
+            torch.cuda.synchronize()
+        r[name] = {"host_queue_us": queued / 10 * 1e6, "gpu_us": start.elapsed_time(end) / 10 * 1e3}
+    out["fc1_8192x2048x8192"] = r
+    print("FC1 forward+backward (weight cached):", json.dumps(r), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    import torch
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "command": " ".join(sys.argv)}
+    for part in (tiny, fc1):
+        try:
+            part(out)
+        except Exception as e:  # keep the other part's numbers
+            out[part.__name__] = {"error": str(e)[-2000:]}
+            print(part.__name__, "FAILED", str(e)[-2000:], flush=True)
+        (args.out / "fp8_host.json").write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
