@@ -112,6 +112,14 @@ def gpu_table(results: dict) -> Table:
                   if r["iters"] == base["iters"] else ""} for k, r in runs.items())
 
 
+def gpu_run2_table(results: dict) -> Table:
+    """Run 2's training rows (global batch 32, 10 iterations): the Triton quantiser and the per-step
+    weight cache against bf16 (README, "Precision")."""
+    rows = results["run2"]["training"]
+    return Table({"run": k, "what": r["what"], "step s": r["step_time_s_median_from_4"],
+                  "tokens/s": r["tokens_per_s"], "vs bf16": r["vs_bf16_call1"]} for k, r in rows.items())
+
+
 def plot_gpu_losses(results: dict, ax=None):
     """The recorded loss curves of the H200 runs (bf16 and FP8 from the same initial weights)."""
     if ax is None:
