@@ -6,8 +6,8 @@ Why: on the H200 (2026-12-01, README "Precision") the 1.4B GPT's FP8 step took a
 add up to. This script measures, on matrices small enough that the GPU is never the limit
 (64 x 64), the host microseconds per call of:
 
-  * bf16 forward+backward, FP8 forward+backward (tensorwise, rowwise; with and without the per-step
-    weight cache of fp8_matmul.weights_fixed);
+  * bf16 forward+backward, FP8 forward+backward (tensorwise, rowwise, delayed; with and without the per-step
+    weight cache of fp8_matmul.training_step);
   * the same with the quantiser, then `_scaled_mm`, replaced by stubs that return ready tensors
     (what is left is the autograd Function and its Python);
   * the parts alone: amax (`vector_norm`), `torch.empty`, the Triton quantiser, `_scaled_mm`;
@@ -48,9 +48,9 @@ def forward_backward(fn, x, w, dy, persistent_weight=False):
     return go
 
 
-def fp8_call(recipe, a, b):
+def fp8_call(recipe, streams, a, b):
     from helpers.precision import fp8_matmul
-    return fp8_matmul.fp8_matmul(a, b, recipe)
+    return fp8_matmul.fp8_matmul(a, b, recipe, streams)
 
 
 def tiny(out: dict):
@@ -64,10 +64,14 @@ def tiny(out: dict):
     ready = torch.empty(64, 64, device="cuda", dtype=torch.bfloat16)
     r = {}
     r["bf16_fwd_bwd"] = host_us(forward_backward(lambda a, b: a @ b.t(), x, w, dy))
-    for recipe in ("tensorwise", "rowwise"):
-        fp8 = partial(fp8_call, recipe)
+    for recipe in ("tensorwise", "rowwise", "delayed"):
+        streams = fp8_matmul.DelayedStreams() if recipe == "delayed" else None
+        fp8 = partial(fp8_call, recipe, streams)
+        if streams:  # one step first, so that the histories exist and the delayed kernel runs
+            with fp8_matmul.training_step():
+                forward_backward(fp8, x, w, dy)()
         r[f"fp8_{recipe}_fwd_bwd"] = host_us(forward_backward(fp8, x, w, dy))
-        with fp8_matmul.weights_fixed():
+        with fp8_matmul.training_step():
             r[f"fp8_{recipe}_fwd_bwd_weight_cached"] = host_us(forward_backward(fp8, x, w_param, dy, True))
     fp8 = lambda a, b: fp8_matmul.fp8_matmul(a, b, "tensorwise")
     real_quantize, real_mm = fp8_matmul.quantize, fp8_matmul.scaled_mm
@@ -97,9 +101,13 @@ def fc1(out: dict):
     w = (torch.randn(8192, 2048, device="cuda", dtype=torch.bfloat16) * 0.02).requires_grad_()
     dy = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) * 1e-3
     r = {}
-    for name, fn in (("bf16", lambda a, b: a @ b.t()), ("fp8_tensorwise", lambda a, b: fp8_matmul.fp8_matmul(a, b, "tensorwise"))):
+    streams = fp8_matmul.DelayedStreams()
+    for name, fn in (("bf16", lambda a, b: a @ b.t()), ("fp8_tensorwise", partial(fp8_call, "tensorwise", None)),
+                     ("fp8_delayed", partial(fp8_call, "delayed", streams))):
         go = forward_backward(fn, x, w, dy, persistent_weight=True)
-        with fp8_matmul.weights_fixed():
+        with fp8_matmul.training_step():  # (the first one also makes the delayed histories)
+            go()
+        with fp8_matmul.training_step():
             for _ in range(3):
                 go()
             torch.cuda.synchronize()

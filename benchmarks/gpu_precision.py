@@ -4,7 +4,7 @@ against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocatio
   1. the FP8 GEMMs themselves: `torch._scaled_mm` (tensorwise, rowwise) against the same code with
      _scaled_mm replaced by its definition, on one FC1-shaped GEMM (forward, dgrad, wgrad), and
      their time next to bf16's;
-  2. training: bf16, fp8 tensorwise and fp8 rowwise jobs (helpers.launch.run) from the same
+  2. training: bf16, fp8 tensorwise, fp8 delayed and fp8 rowwise jobs (helpers.launch.run) from the same
      initial weights on WikiText-2 (GPT-2 tokenizer): tokens/s, MFU over the dense bf16 peak,
      peak memory, loss curves and the relative gap of the final loss (mean of the last 10
      iterations); the planner's peak next to the measured one;
@@ -13,12 +13,14 @@ against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocatio
 
     KIT_DATA_DIR=<folder with wikitext-2-raw-v1/ and tokenizers/gpt2/> \\
     python benchmarks/gpu_precision.py --out DIR [--iters 200] [--global-batch 32] [--rowwise-iters 30]
-        [--skip gemm,bf16,tensorwise,rowwise,recipes] [--merge EARLIER/results.json]
+        [--skip gemm,bf16,tensorwise,delayed,rowwise,recipes] [--merge EARLIER/results.json]
 
 Global batch 32 (8 microbatches) is the GPU-speed benchmark's (benchmarks/gpu_throughput.py); 200 of
-its iterations take ~4 minutes per precision on an H200, so bf16 and FP8 fit one 10-minute device
-call only with --skip: run `--skip tensorwise,rowwise` first, then `--skip gemm,bf16,recipes
---merge <the first call's results.json>`, which keeps the earlier entries and compares against them.
+its iterations take ~4.5 minutes per precision on an H200, so one 10-minute device call holds one
+200-iteration run (plus the short ones): `--skip tensorwise,delayed,rowwise` (gemm, bf16, recipes),
+then `--skip gemm,bf16,delayed,rowwise,recipes --merge <that call's results.json>` (tensorwise), then
+`--skip gemm,bf16,tensorwise,recipes --merge ...` (delayed, rowwise); --merge keeps the earlier
+entries and compares against them.
 Each training row also has the host/device split of its steps (metrics.jsonl's fwd_bwd_issue_s and
 fwd_bwd_drain_s, medians): a drain near 0 means the host, not the GPU, sets the pace.
 """
@@ -183,7 +185,7 @@ def main():
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--global-batch", type=int, default=32)
     ap.add_argument("--rowwise-iters", type=int, default=30)
-    ap.add_argument("--skip", default="", help="comma list of gemm,bf16,tensorwise,rowwise,recipes")
+    ap.add_argument("--skip", default="", help="comma list of gemm,bf16,tensorwise,delayed,rowwise,recipes")
     ap.add_argument("--merge", type=Path, help="an earlier call's results.json: its entries are kept")
     args = ap.parse_args()
     import torch
@@ -219,14 +221,18 @@ def main():
         attempt("bf16", train, "bf16", "tensorwise", args.iters, args.global_batch, args.out, capture=args.iters // 2)
     if "tensorwise" not in skip:
         attempt("fp8_tensorwise", train, "fp8", "tensorwise", args.iters, args.global_batch, args.out)
+    if "delayed" not in skip:
+        attempt("fp8_delayed", train, "fp8", "delayed", args.iters, args.global_batch, args.out)
     if "rowwise" not in skip and args.rowwise_iters:
         attempt("fp8_rowwise", train, "fp8", "rowwise", args.rowwise_iters, args.global_batch, args.out)
-    b, f = res.get("bf16", {}), res.get("fp8_tensorwise", {})
-    if "tokens_per_s" in b and "tokens_per_s" in f:
-        res["speedup_tensorwise"] = f["tokens_per_s"] / b["tokens_per_s"]
-        res["final_loss_gap_tensorwise"] = f["final_loss_mean10"] / b["final_loss_mean10"] - 1
-        print(f"fp8 tensorwise / bf16: {res['speedup_tensorwise']:.3f}x tokens/s; final loss gap "
-              f"{res['final_loss_gap_tensorwise']:+.4%}", flush=True)
+    b = res.get("bf16", {})
+    for recipe in ("tensorwise", "delayed"):
+        f = res.get(f"fp8_{recipe}", {})
+        if "tokens_per_s" in b and "tokens_per_s" in f:
+            res[f"speedup_{recipe}"] = f["tokens_per_s"] / b["tokens_per_s"]
+            res[f"final_loss_gap_{recipe}"] = f["final_loss_mean10"] / b["final_loss_mean10"] - 1
+            print(f"fp8 {recipe} / bf16: {res[f'speedup_{recipe}']:.3f}x tokens/s; final loss gap "
+                  f"{res[f'final_loss_gap_{recipe}']:+.4%}", flush=True)
     r = res.get("fp8_rowwise", {})
     if "tokens_per_s" in b and "tokens_per_s" in r:
         res["speedup_rowwise"] = r["tokens_per_s"] / b["tokens_per_s"]

@@ -17,7 +17,7 @@ from helpers.job.tokenizer import NAMES as TOKENIZERS
 DATA_KINDS = ("synthetic", "wikitext", "sft")
 ATTENTION_KINDS = ("sdpa", "megatron_local")
 PRECISIONS = ("auto", "fp32", "bf16", "fp8")
-FP8_RECIPES = ("tensorwise", "rowwise")  # helpers/precision/fp8_matmul.py
+FP8_RECIPES = ("tensorwise", "rowwise", "delayed")  # helpers/precision/fp8_matmul.py
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,10 @@ class JobSpec(ParallelSizes):
     precision: str = knob("auto", "auto = fp32 on cpu, bf16 on cuda; fp8 = bf16 weights and activations with the "
                           "GEMMs of the attention and dense-MLP linears in FP8 (a GPU of compute capability >= 8.9; local backend: the "
                           "kit's FP8 linears on torch._scaled_mm, te: Transformer Engine's FP8)", choices=PRECISIONS)
-    fp8_recipe: str = knob("tensorwise", "FP8 scaling with precision=fp8: tensorwise (one scale per tensor) or "
-                           "rowwise (one per row; Hopper and newer, local backend)", choices=FP8_RECIPES)
+    fp8_recipe: str = knob("tensorwise", "FP8 scaling with precision=fp8: tensorwise (one scale per tensor, from "
+                           "its amax), rowwise (one per row; Hopper and newer, local backend) or delayed (one per "
+                           "tensor, from the amaxes of the last 16 steps: no amax pass before each cast)",
+                           choices=FP8_RECIPES)
     seed_checkpoint: bool = knob(True, "start from the cached world-size-1 seed checkpoint (same weights in "
                                  "every layout); off = each layout's own random init")
     name: str | None = knob(None, "run-directory prefix; none = <model>-<layout>")

@@ -8,6 +8,7 @@ from helpers.job.models import ModelPreset
 from helpers.job.spec import JobSpec
 
 GEMM_MULTIPLE = 16  # torch._scaled_mm: every matrix dimension a multiple of 16
+TE_RECIPES = ("tensorwise", "delayed")  # the kit's names that are also Megatron's fp8_recipe values for TE
 
 
 def device_support():
@@ -41,9 +42,10 @@ def check(spec: JobSpec, model: ModelPreset, support=None) -> None:
     if not support.fp8_recipes:
         raise InvalidJob(f"precision='fp8' cannot run here: {support.message()}. Use precision='bf16'")
     if spec.backend == "te":  # Megatron's Transformer Engine path (helpers/runtime/build.py)
-        if spec.fp8_recipe != "tensorwise":
+        if spec.fp8_recipe not in TE_RECIPES:
             raise InvalidJob(f"fp8_recipe={spec.fp8_recipe!r} is the kit's local FP8 path; with backend='te' use "
-                             "fp8_recipe='tensorwise' (Transformer Engine's current scaling), or backend='local'")
+                             "fp8_recipe='tensorwise' or 'delayed' (Transformer Engine's current and delayed "
+                             "scaling), or backend='local'")
         return
     if spec.fp8_recipe not in support.fp8_recipes:
         raise InvalidJob(f"fp8_recipe={spec.fp8_recipe!r} cannot run here: {support.message()}. "

@@ -132,7 +132,7 @@ def torch_mamba_mixer(model: ModelPreset, lay: Layout, tr: Training, T: int) -> 
 
 def _local_fp8(model, lay, tr, kind, T, Th, saved, transient) -> tuple[float, float]:
     """The kit's FP8 linears (helpers/precision/fp8_matmul.py) instead of bf16 GEMMs.
-    Tensorwise keeps each linear's input in FP8 (1 byte) instead of bf16: QKV and FC1 inputs (norm
+    Tensorwise (and delayed) keeps each linear's input in FP8 (1 byte) instead of bf16: QKV and FC1 inputs (norm
     outputs nothing else keeps), the projection's input (the head-merged copy; SDPA keeps its own
     output regardless) and FC2's (the activation's output); under SP the gathered input. Rowwise
     keeps the bf16 input as bf16 does (its weight gradient re-quantises it per feature). Backward
@@ -145,7 +145,7 @@ def _local_fp8(model, lay, tr, kind, T, Th, saved, transient) -> tuple[float, fl
     qkv_w = (model.num_attention_heads + 2 * model.kv_heads) * d // tp
     f = model.ffn_hidden_size // tp * (2 if model.activation == "swiglu" else 1)
     f_in = model.ffn_hidden_size // tp
-    if tr.fp8_recipe == "tensorwise" and not model.multi_latent_attention:
+    if tr.fp8_recipe in ("tensorwise", "delayed") and not model.multi_latent_attention:
         saved += T * h * 1 - Th * h * B  # QKV input
         saved += T * q_w * (1 - B)  # projection input
         if kind != "moe":  # the dense MLP's linears (MoE experts stay bf16)

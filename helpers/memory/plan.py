@@ -184,7 +184,7 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
         }
         if tr.precision == "fp8" and lay.backend == "te":  # TE keeps an fp8 copy and its transpose of every GEMM weight
             terms["workspace"] += 2 * static.params
-        elif tr.precision == "fp8":  # the kit's: two FP8 layouts of each FP8 linear's weight per step (weights_fixed)
+        elif tr.precision == "fp8":  # the kit's: two FP8 layouts of each FP8 linear's weight per step (training_step)
             terms["workspace"] += 2 * fp8_linear_numel(model, lay, stage)
         stages.append(StagePlan(stage, label, layers[stage], static.params, n_expert, n_flight,
                                 {k: int(v) for k, v in terms.items()}, static))

@@ -20,7 +20,11 @@ interpreter on CPU on values that need no rounding (the interpreter's own FP8 ro
 GPU's: it does not carry a rounded-up mantissa into the exponent).
 
 Scale granularity (`dim`): None, one scale for the matrix (tensorwise); -1/1, one per row; 0, one
-per column (the rowwise recipe scales along each GEMM's contraction dimension)."""
+per column (the rowwise recipe scales along each GEMM's contraction dimension).
+
+`delayed_cast` is the delayed recipe's kernel: the scale comes from earlier steps
+(fp8_matmul.DelayedStream), so no reduction runs before it, one launch per tensor instead of two,
+and the tensor's amax is measured in the same pass for the steps after."""
 from __future__ import annotations
 
 import torch
@@ -75,6 +79,48 @@ def _scale_cast_kernel(x_ptr, amax_ptr, q_ptr, qt_ptr, inverse_ptr, M, K, fmax,
         tl.store(qt_ptr + cols[:, None].to(tl.int64) * M + rows[None, :], tl.trans(q), mask=tl.trans(inside))
 
 
+@triton.jit
+def _delayed_cast_kernel(x_ptr, scale_ptr, amax_bits_ptr, q_ptr, qt_ptr, M, K, fmax,
+                         PLAIN: tl.constexpr, TRANSPOSED: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
+    """Delayed scaling: the scale is given (from earlier steps' amaxes), so there is no reduction
+    before the cast; the tensor's own amax is measured on the way, each tile's folded in with one
+    integer atomic max (non-negative floats order like their bit patterns)."""
+    pid_m, pid_k = tl.program_id(0), tl.program_id(1)
+    rows = pid_m * BM + tl.arange(0, BM)
+    cols = pid_k * BK + tl.arange(0, BK)
+    inside = (rows < M)[:, None] & (cols < K)[None, :]
+    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], mask=inside, other=0.0).to(tl.float32)
+    tl.atomic_max(amax_bits_ptr, tl.max(tl.max(tl.abs(x), axis=1), axis=0).to(tl.int32, bitcast=True))
+    q = tl.minimum(tl.maximum(x * tl.load(scale_ptr), -fmax), fmax).to(q_ptr.dtype.element_ty)
+    if PLAIN:
+        tl.store(q_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], q, mask=inside)
+    if TRANSPOSED:
+        tl.store(qt_ptr + cols[:, None].to(tl.int64) * M + rows[None, :], tl.trans(q), mask=tl.trans(inside))
+
+
+def _layouts(m, k, dtype, device, plain, transposed):
+    q = torch.empty((m, k), dtype=dtype, device=device) if plain else None
+    qt = torch.empty((k, m), dtype=dtype, device=device) if transposed else None
+    # an unused layout still needs a pointer of the FP8 type: the other one's (never written)
+    return q, qt, (q if plain else qt), (qt if transposed else q)
+
+
+def delayed_cast(x: torch.Tensor, fmax: float, dtype: torch.dtype, scale: torch.Tensor, amax_bits: torch.Tensor,
+                 plain: bool = True, transposed: bool = False):
+    """(row-major FP8 or None, transposed FP8 or None) of a 2-D matrix scaled by the fp32 scalar
+    `scale`, saturating at fmax; folds max |x| into `amax_bits` (an int32 scalar holding a
+    non-negative float32's bits: read it with .view(torch.float32))."""
+    if x.dim() != 2:
+        raise ValueError(f"fp8_cast_gpu.delayed_cast takes a matrix, got shape {tuple(x.shape)}")
+    x = x.contiguous()
+    m, k = x.shape
+    q, qt, q_arg, qt_arg = _layouts(m, k, dtype, x.device, plain, transposed)
+    grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(k, BLOCK_K))
+    _delayed_cast_kernel[grid](x, scale, amax_bits, q_arg, qt_arg, m, k, fmax,
+                               PLAIN=plain, TRANSPOSED=transposed, BM=BLOCK_M, BK=BLOCK_K)
+    return q, qt
+
+
 def scale_cast(x: torch.Tensor, fmax: float, dtype: torch.dtype, dim: int | None, plain: bool = True,
                transposed: bool = False):
     """(row-major FP8 or None, transposed FP8 or None, fp32 dequantisation multiplier) of a 2-D
@@ -95,10 +141,7 @@ def scale_cast(x: torch.Tensor, fmax: float, dtype: torch.dtype, dim: int | None
         inverse = torch.empty((1, k), dtype=torch.float32, device=x.device)
     else:
         raise ValueError(f"dim must be None, 0, 1 or -1, got {dim}")
-    q = torch.empty((m, k), dtype=dtype, device=x.device) if plain else None
-    qt = torch.empty((k, m), dtype=dtype, device=x.device) if transposed else None
-    # an unused layout still needs a pointer of the FP8 type: the other one's (never written)
-    q_arg, qt_arg = (q if plain else qt), (qt if transposed else q)
+    q, qt, q_arg, qt_arg = _layouts(m, k, dtype, x.device, plain, transposed)
     grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(k, BLOCK_K))
     _scale_cast_kernel[grid](x, amax.contiguous(), q_arg, qt_arg, inverse, m, k, fmax,
                              GRANULARITY=granularity, PLAIN=plain, TRANSPOSED=transposed, BM=BLOCK_M, BK=BLOCK_K)

@@ -1,11 +1,12 @@
 """One linear layer's three GEMMs in FP8 on `torch._scaled_mm`: y = x W^T (forward), dx = dy W
 (input gradient, "dgrad") and dW = dy^T x (weight gradient, "wgrad"). Inputs and outputs stay
-bf16; each GEMM quantises its two operands with current scaling (recipes.scale_and_cast) right
-before it and accumulates in fp32 inside the tensor cores; the bf16 master weights and the fp32
+bf16; each GEMM quantises its two operands right before it (current scaling, recipes.scale_and_cast,
+or delayed scaling for activations and gradients) and accumulates in fp32 inside the tensor cores; the bf16 master weights and the fp32
 gradient buffers of Megatron's optimizer are untouched.
 
   recipe      forward            dgrad              wgrad              saved for backward
   tensorwise  x e4m3, W e4m3     dy e5m2, W e4m3    dy e5m2, x e4m3    x^T and W^T in FP8 (+ scales)
+  delayed     as tensorwise; x's and dy's scales from their amax histories (DelayedStream), W's current
   rowwise     x e4m3, W e4m3     dy e4m3, W e4m3    dy e4m3, x e4m3    x and W in bf16
               (one scale per row of each operand along the GEMM's contraction dimension, so
               each GEMM quantises its own copy: W per output row forward, per input column for
@@ -17,7 +18,7 @@ rowwise torchao's rowwise recipe (e4m3 throughout: a scale per row already cover
 writes an operand transposed where a GEMM needs that. Its dimensions must be multiples of 16
 (checked before a job starts: helpers/launch/precision_check.py). On the GPU the quantiser is one
 Triton kernel per tensor after one amax reduction (helpers/precision/fp8_cast_gpu.py says why: as
-torch operations it cost more memory traffic than FP8 saves), and inside weights_fixed() (one
+torch operations it cost more memory traffic than FP8 saves), and inside training_step() (one
 training step's microbatches) each weight is quantised once, not once per microbatch."""
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from helpers.job.spec import FP8_RECIPES
 from helpers.precision import formats, recipes
 
 RECIPES = FP8_RECIPES  # the names JobSpec.fp8_recipe takes
-GRAD_FORMAT = {"tensorwise": "e5m2", "rowwise": "e4m3"}
+GRAD_FORMAT = {"tensorwise": "e5m2", "delayed": "e5m2", "rowwise": "e4m3"}
 scaled_mm = torch._scaled_mm  # module attribute: the unit test swaps in an emulation for rowwise on CPU
 
 def scaled_cast_layouts(x, fmax: float, dtype, dim, plain: bool, transposed: bool):
@@ -52,26 +53,30 @@ def quantize(x: torch.Tensor, fmt: str, dim: int | None = None, plain: bool = Tr
         return fp8_cast_gpu.scale_cast(x.detach(), f.max, f.dtype, dim, plain, transposed)
 
 
-_fixed_weights: dict | None = None  # id(weight) -> (weight, its FP8 layouts) inside weights_fixed()
+_fixed_weights: dict | None = None  # id(weight) -> (weight, its FP8 layouts) inside training_step()
+_streams_used: set = set()  # DelayedStreams that quantised since the last step ended
 
 
 @contextmanager
-def weights_fixed():
-    """Inside: every weight is quantised once and its FP8 copies reused. The training loop opens it
-    around one step's forward and backward passes, where no weight changes (the optimizer steps
-    after); it saves each linear's weight quantisation on every microbatch but the first. The
-    copies (1 byte per weight per layout) are dropped on exit."""
+def training_step():
+    """One training step's forward and backward passes (the training loop opens it around Megatron's
+    schedule). Inside, no weight changes (the optimizer steps after), so each weight is quantised
+    once and its FP8 copies (1 byte per weight per layout) are reused by every microbatch, then
+    dropped. At the end, every delayed-scaling stream that quantised advances its amax history."""
     global _fixed_weights
     _fixed_weights = {}
     try:
         yield
+        for stream in list(_streams_used):  # not after a failed step: its amaxes may be garbage
+            stream.advance()
     finally:
         _fixed_weights = None
+        _streams_used.clear()
 
 
 def quantize_weight(weight: torch.Tensor, fmt: str, dim: int | None = None, plain: bool = True,
                     transposed: bool = False):
-    """quantize() of a weight, from the cache while weights_fixed() is open."""
+    """quantize() of a weight, from the cache inside training_step()."""
     if _fixed_weights is None:
         return quantize(weight, fmt, dim, plain, transposed)
     key = (id(weight), fmt, dim, plain, transposed)
@@ -79,6 +84,69 @@ def quantize_weight(weight: torch.Tensor, fmt: str, dim: int | None = None, plai
     if hit is None or hit[0] is not weight:  # `is`: an id can be reused by another tensor
         hit = _fixed_weights[key] = (weight, quantize(weight, fmt, dim, plain, transposed))
     return hit[1]
+
+
+HISTORY = 16  # steps of amax a delayed scale looks back on (recipes.DelayedScaling's default)
+
+
+class DelayedStream:
+    """Delayed scaling of one tensor stream (one linear's inputs, or its output gradients), on its
+    device: the scale for a step is max / (largest amax of the last HISTORY steps), so the cast
+    needs no amax pass before it; the cast measures this step's amax on the way (over every
+    microbatch), and it joins the history when the step ends (training_step). A step whose tensor
+    outgrows the history saturates at the format's max. The first step has no history and scales
+    each tensor by its own amax (current scaling; Transformer Engine starts from scale 1 instead,
+    which would flush most of a first step's gradients to zero). The state is not checkpointed:
+    a resumed run starts its histories again. The scale and its inverse are replaced, never
+    changed in place, so a backward pass still holds the forward's."""
+
+    def __init__(self, fmt: str):
+        self.fmt = fmt
+        self.history = None  # fp32 [HISTORY]: the last steps' amaxes, newest first (0: none yet)
+        self.amax_bits = None  # int32 scalar: this step's amax so far, as float32 bits (the kernel's atomic max)
+        self.scale = self.inverse = None  # fp32 scalars: multiply to quantise, multiply to dequantise
+        self.ready = False  # a scale from the history exists (after the first step)
+
+    def quantize(self, x: torch.Tensor, plain: bool = True, transposed: bool = False):
+        """(row-major FP8 or None, transposed FP8 or None, dequantisation multiplier) of a matrix."""
+        f = formats.get(self.fmt)
+        if self.history is None:
+            self.history = torch.zeros(HISTORY, dtype=torch.float32, device=x.device)
+            self.amax_bits = torch.zeros((), dtype=torch.int32, device=x.device)
+        _streams_used.add(self)
+        x = x.detach()
+        with torch.no_grad():
+            amax = self.amax_bits.view(torch.float32)
+            if not self.ready:  # first step: current scaling, and its amax recorded
+                torch.maximum(amax, torch.linalg.vector_norm(x, float("inf")).float(), out=amax)
+                return quantize(x, self.fmt, None, plain, transposed)
+            if x.device.type == "cuda":
+                from helpers.precision import fp8_cast_gpu
+                q, qt = fp8_cast_gpu.delayed_cast(x, f.max, f.dtype, self.scale, self.amax_bits, plain, transposed)
+                return q, qt, self.inverse
+            x32 = x.to(torch.float32)  # the kernel's arithmetic in torch (CPU tests)
+            torch.maximum(amax, x32.abs().amax(), out=amax)
+            q = (x32 * self.scale).clamp(-f.max, f.max).to(f.dtype)
+            return (q if plain else None), (q.t().contiguous() if transposed else None), self.inverse
+
+    def advance(self):
+        """End of a step: its amax joins the history, the next step's scale comes from the history."""
+        with torch.no_grad():
+            self.history = torch.cat([self.amax_bits.view(torch.float32).reshape(1), self.history[:-1]])
+            top = self.history.max()
+            self.scale = torch.where(top > 0, formats.get(self.fmt).max / top, torch.ones_like(top))
+            self.inverse = 1.0 / self.scale
+            self.amax_bits = torch.zeros_like(self.amax_bits)
+        self.ready = True
+
+
+class DelayedStreams:
+    """The two streams of one FP8 linear under the delayed recipe (its weight is quantised with
+    current scaling, once per step: training_step)."""
+
+    def __init__(self):
+        self.input = DelayedStream("e4m3")
+        self.grad_output = DelayedStream(GRAD_FORMAT["delayed"])
 
 
 def _mm(a, b, scale_a, scale_b) -> torch.Tensor:
@@ -91,13 +159,16 @@ class FP8Matmul(torch.autograd.Function):
     transposed; dgrad's W and wgrad's x are quantised straight into transposed storage."""
 
     @staticmethod
-    def forward(ctx, x, weight, recipe):
+    def forward(ctx, x, weight, recipe, streams=None):
         if recipe not in RECIPES:
             raise ValueError(f"unknown FP8 recipe {recipe!r}; known: {', '.join(RECIPES)}")
-        ctx.recipe, ctx.x_shape = recipe, x.shape
+        if recipe == "delayed" and streams is None:
+            raise ValueError("the delayed FP8 recipe needs the linear's DelayedStreams (its amax histories)")
+        ctx.recipe, ctx.x_shape, ctx.streams = recipe, x.shape, streams
         x2 = x.reshape(-1, x.shape[-1]).contiguous()  # [M, K]
-        if recipe == "tensorwise":
-            xq, xq_t, xs = quantize(x2, "e4m3", transposed=True)
+        if recipe in ("tensorwise", "delayed"):
+            xq, xq_t, xs = (streams.input.quantize(x2, transposed=True) if recipe == "delayed"
+                            else quantize(x2, "e4m3", transposed=True))
             wq, wq_t, ws = quantize_weight(weight, "e4m3", transposed=True)  # both layouts of W in one pass
             y = _mm(xq, wq.t(), xs, ws)
             # FP8 x (transposed for wgrad): half of bf16's bytes; W^T in FP8 for dgrad
@@ -116,9 +187,10 @@ class FP8Matmul(torch.autograd.Function):
         dy2 = dy.reshape(-1, dy.shape[-1]).contiguous()  # [M, N]
         want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dx = dw = None
-        if recipe == "tensorwise":
+        if recipe in ("tensorwise", "delayed"):
             xq_t, xs, wq_t, ws = ctx.saved_tensors
-            dyq, dyq_t, dys = quantize(dy2, gfmt, plain=want_dx, transposed=want_dw)
+            dyq, dyq_t, dys = (ctx.streams.grad_output.quantize(dy2, plain=want_dx, transposed=want_dw)
+                               if recipe == "delayed" else quantize(dy2, gfmt, plain=want_dx, transposed=want_dw))
             if want_dx:
                 dx = _mm(dyq, wq_t.t(), dys, ws)
             if want_dw:
@@ -135,8 +207,9 @@ class FP8Matmul(torch.autograd.Function):
                 dw = _mm(dyq_t, xq_t.t(), dys.t().contiguous(), xs)
         if dx is not None:
             dx = dx.reshape(ctx.x_shape)
-        return dx, dw, None
+        return dx, dw, None, None
 
 
-def fp8_matmul(x: torch.Tensor, weight: torch.Tensor, recipe: str = "tensorwise") -> torch.Tensor:
-    return FP8Matmul.apply(x, weight, recipe)
+def fp8_matmul(x: torch.Tensor, weight: torch.Tensor, recipe: str = "tensorwise",
+               streams: DelayedStreams | None = None) -> torch.Tensor:
+    return FP8Matmul.apply(x, weight, recipe, streams)

@@ -5,7 +5,8 @@ operands with one fp32 scale per tensor there, and on Hopper also one per row. B
 12.x) adds microscaled formats: MXFP8, blocks of 32 values with an E8M0 scale, read by the tensor
 cores themselves (on Hopper cuBLAS answers CUBLAS_STATUS_NOT_SUPPORTED; FIELD_NOTES). Earlier
 GPUs (Ampere 8.0/8.6 and before) have no FP8 arithmetic; bf16 is their lowest training format.
-The kit trains FP8 with the tensorwise and rowwise recipes (helpers/precision/fp8_matmul.py);
+The kit trains FP8 with the tensorwise, delayed and rowwise recipes (helpers/precision/fp8_matmul.py;
+delayed is tensorwise GEMMs with the scale taken from earlier steps);
 MXFP8 appears in the lesson as an emulation (helpers/precision/recipes.py)."""
 from __future__ import annotations
 
@@ -40,11 +41,11 @@ def support(capability: tuple[int, int] | None) -> Support:
         return Support(None, "CPU", (), False)
     cap = tuple(capability)
     if cap >= (10, 0):
-        return Support(cap, "Blackwell", ("tensorwise", "rowwise"), True)
+        return Support(cap, "Blackwell", ("tensorwise", "rowwise", "delayed"), True)
     if cap >= (9, 0):
-        return Support(cap, "Hopper", ("tensorwise", "rowwise"), False)
+        return Support(cap, "Hopper", ("tensorwise", "rowwise", "delayed"), False)
     if cap >= FP8_MIN_CAPABILITY:
-        return Support(cap, "Ada", ("tensorwise",), False)
+        return Support(cap, "Ada", ("tensorwise", "delayed"), False)
     generation = "Ampere" if cap >= (8, 0) else "Turing" if cap >= (7, 5) else "Volta or older"
     return Support(cap, generation, (), False)
 

@@ -65,7 +65,8 @@ def job_fields(spec: JobSpec, on_cpu: bool, bf16: bool) -> dict:
 
 def te_fp8_fields(spec: JobSpec) -> dict:
     """precision='fp8' with backend='te': Megatron's own FP8 path, which is Transformer Engine's
-    (e4m3 forward, e5m2 gradients = "hybrid"; current tensorwise scaling). A thin switch: TE cannot
+    (e4m3 forward, e5m2 gradients = "hybrid"; Megatron's fp8_recipe "tensorwise" = TE's current
+    scaling, "delayed" = TE's DelayedScaling, the same names as the kit's). A thin switch: TE cannot
     be installed on this kit's machines, so it has not run here. On the local backend the config
     keeps fp8 unset (Megatron would ignore it without TE) and the kit's FP8 linears come in
     through the layer spec (layer_specs.py, fp8_linear.py)."""

@@ -26,10 +26,10 @@ from megatron.core.tensor_parallel.mappings import (
     gather_from_sequence_parallel_region,
 )
 
-from helpers.precision.fp8_matmul import fp8_matmul
+from helpers.precision.fp8_matmul import DelayedStreams, fp8_matmul
 
 
-def local_fp8_linear(recipe, input, weight, bias, gradient_accumulation_fusion, allreduce_dgrad,
+def local_fp8_linear(recipe, streams, input, weight, bias, gradient_accumulation_fusion, allreduce_dgrad,
                      sequence_parallel, tp_group=None, **_unused):
     """Megatron's `linear_with_grad_accumulation_and_async_allreduce` contract with FP8 GEMMs.
     (The deferred embedding-wgrad buffers and GTP it also takes are not used by these linears.)"""
@@ -40,7 +40,7 @@ def local_fp8_linear(recipe, input, weight, bias, gradient_accumulation_fusion, 
         input = gather_from_sequence_parallel_region(input, tensor_parallel_output_grad=True, group=tp_group)
     elif allreduce_dgrad:
         input = copy_to_tensor_model_parallel_region(input, group=tp_group)
-    output = fp8_matmul(input, weight, recipe)
+    output = fp8_matmul(input, weight, recipe, streams)
     return output + bias if bias is not None else output
 
 
@@ -52,15 +52,25 @@ def linears(recipe: str) -> tuple[type, type]:
         fp8_recipe = recipe
 
         def _forward_impl(self, input, weight, *args, **kwargs):
-            return local_fp8_linear(self.fp8_recipe, input, weight, *args, **kwargs)
+            return local_fp8_linear(self.fp8_recipe, delayed_streams(self), input, weight, *args, **kwargs)
 
     class FP8RowParallelLinear(RowParallelLinear):
         fp8_recipe = recipe
 
         def _forward_impl(self, input, weight, *args, **kwargs):
-            return local_fp8_linear(self.fp8_recipe, input, weight, *args, **kwargs)
+            return local_fp8_linear(self.fp8_recipe, delayed_streams(self), input, weight, *args, **kwargs)
 
     return FP8ColumnParallelLinear, FP8RowParallelLinear
+
+
+def delayed_streams(linear) -> DelayedStreams | None:
+    """The linear's amax histories under the delayed recipe, made on its first forward (a plain
+    attribute, not a buffer: they stay out of state_dict and so out of checkpoints)."""
+    if linear.fp8_recipe != "delayed":
+        return None
+    if "_fp8_streams" not in linear.__dict__:
+        linear._fp8_streams = DelayedStreams()
+    return linear._fp8_streams
 
 
 def dense_mlp_submodules(mlp):

@@ -139,7 +139,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         routers.begin(it + 1)
         if captured:
             captured.current = it + 1
-        with fp8_matmul.weights_fixed():  # FP8 linears quantise each weight once per step, not per microbatch
+        with fp8_matmul.training_step():  # FP8 linears: each weight quantised once per step; delayed scales advance
             losses = run_schedule(model, data_iters, spec, partial(forward_step, device, scale), forward_only=False)
         issued = time.perf_counter()  # every microbatch is queued (on one GPU nothing above waits for the device)
         with inst.paused():  # the kit's own loss sum is not Megatron's traffic

@@ -4,7 +4,7 @@ transposed, both), every scale granularity (tensor, row, column), ragged edges (
 not multiples of the tile) and all-zero rows must give the same bytes and the same dequantisation
 multipliers. The inputs are chosen so that no value needs rounding (FP8 values times powers of two,
 the format's max replaced by 256), because the interpreter's FP8 conversion does not round as the
-GPU does (a rounded-up mantissa is not carried into the exponent); what is left to the GPU is the
+GPU does; the delayed recipe's kernel (scale given, amax measured) is checked the same way (a rounded-up mantissa is not carried into the exponent); what is left to the GPU is the
 hardware's round-to-nearest-even, which benchmarks/gpu_precision.py compares byte for byte."""
 from __future__ import annotations
 
@@ -70,6 +70,14 @@ def compare_all() -> dict:
     out["plain_only"] = {"plain": same_bytes(q, want), "no_transposed": qt is None}
     q, qt, _ = fp8_cast_gpu.scale_cast(x, FMAX, torch.float8_e4m3fn, None, plain=False, transposed=True)
     out["transposed_only"] = {"transposed": same_bytes(qt, want.t().contiguous()), "no_plain": q is None}
+    for name, scale in (("delayed", 32.0), ("delayed_saturating", 64.0)):  # amax 8: x * 32 <= 256, x * 64 clips
+        x = exact_input((70, 300), torch.float8_e4m3fn, None)
+        want = (x.float() * scale).clamp(-FMAX, FMAX).to(torch.float8_e4m3fn)
+        amax_bits = torch.zeros((), dtype=torch.int32)
+        q, qt = fp8_cast_gpu.delayed_cast(x, FMAX, torch.float8_e4m3fn, torch.tensor(scale), amax_bits, True, True)
+        out[name] = {"plain": same_bytes(q, want), "transposed": same_bytes(qt, want.t().contiguous()),
+                     "amax": float(amax_bits.view(torch.float32)) == float(x.float().abs().max()),
+                     "at_max": int((q.float().abs() == FMAX).sum())}
     errors = {}
     for name, args in {"3d": (x[None], FMAX, torch.float8_e4m3fn, None), "dim": (x, FMAX, torch.float8_e4m3fn, 2)}.items():
         try:
@@ -93,6 +101,15 @@ def compared():
 @pytest.mark.parametrize("case", [f"{f}-{g}" for f in DTYPES for g in DIMS])
 def test_kernel_matches_the_torch_quantiser_byte_for_byte(compared, case):
     assert compared[case] == {"plain": True, "transposed": True, "inverse": True, "reaches_max": True}
+
+
+def test_delayed_kernel_casts_with_the_given_scale_and_measures_the_amax(compared):
+    """Delayed scaling: the scale comes in, the tensor's amax goes out (atomic max of every tile's);
+    a scale too large for this tensor saturates at the format's max instead of overflowing."""
+    fits, saturating = compared["delayed"], compared["delayed_saturating"]
+    for case in (fits, saturating):
+        assert case["plain"] and case["transposed"] and case["amax"], case
+    assert saturating["at_max"] > 2 * fits["at_max"]  # everything from half the amax up clips
 
 
 def test_one_layout_at_a_time_and_bad_input_named(compared):

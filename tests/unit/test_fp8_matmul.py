@@ -81,8 +81,8 @@ def test_no_weight_gradient_when_frozen_and_unknown_recipe_refused():
 
 
 @pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
-def test_weights_fixed_quantises_each_weight_once_per_step_with_the_same_result(recipe, monkeypatch):
-    """The training loop opens weights_fixed() around one step's microbatches: the weight's FP8
+def test_training_step_quantises_each_weight_once_per_step_with_the_same_result(recipe, monkeypatch):
+    """The training loop opens training_step() around one step's microbatches: the weight's FP8
     copies are made on the first microbatch and reused, with results identical to quantising every
     time; a second weight gets its own copies; on exit the cache is gone."""
     if recipe == "rowwise":
@@ -105,10 +105,72 @@ def test_weights_fixed_quantises_each_weight_once_per_step_with_the_same_result(
     calls = []
     real = fp8_matmul.quantize
     monkeypatch.setattr(fp8_matmul, "quantize", lambda t, *a, **k: calls.append(t) or real(t, *a, **k))
-    with fp8_matmul.weights_fixed():
+    with fp8_matmul.training_step():
         cached = step([w, other])
     assert fp8_matmul._fixed_weights is None
     weight_calls = [t for t in calls if t is w or t is other]
     layouts = 1 if recipe == "tensorwise" else 2  # tensorwise: both layouts in one call; rowwise: per row, per column
     assert len(weight_calls) == 2 * layouts, len(weight_calls)  # once per weight, not 3 microbatches x 2
     assert all(torch.equal(a, b) for a, b in zip(plain, cached))
+
+
+def test_delayed_first_step_is_current_scaling_then_the_history_sets_the_scale():
+    """Step 1 has no history: the delayed recipe quantises as tensorwise does (same bytes, so the
+    same results) and records each stream's amax. Step 2 scales by max / (step 1's amax): a
+    smaller input is quantised with the old, larger amax's scale, no longer its own."""
+    x, w, dy = operands()
+    streams = fp8_matmul.DelayedStreams()
+
+    def run(recipe, xin, streams=None):
+        xin = xin.detach().requires_grad_()
+        wt = w.detach().requires_grad_()
+        y = fp8_matmul.fp8_matmul(xin, wt, recipe, streams)
+        y.backward(dy)
+        return y.detach(), xin.grad, wt.grad
+
+    with fp8_matmul.training_step():
+        first = run("delayed", x, streams)
+    assert all(torch.equal(a, b) for a, b in zip(first, run("tensorwise", x)))
+    amax = x.detach().float().abs().max()
+    assert streams.input.ready and streams.grad_output.ready
+    assert streams.input.history[0] == amax and float(streams.input.history[1:].abs().sum()) == 0
+    assert torch.equal(streams.input.scale, 448.0 / amax)  # torch's number / tensor, as the quantiser's
+    assert streams.grad_output.history[0] == dy.float().abs().max()
+
+    small = x.detach() * 0.3
+    with fp8_matmul.training_step():
+        y, _, _ = run("delayed", small, streams)
+    scale = 448.0 / amax
+    want = (small.float() * scale).clamp(-448, 448).to(torch.float8_e4m3fn).float() / scale
+    y_ref = want.reshape(-1, 64) @ deq(w.detach(), "tensorwise", "e4m3").t()
+    assert close_to(y.reshape(-1, 48), y_ref)
+    assert not torch.equal(y, run("tensorwise", small)[0])  # its own amax would have given other bytes
+    assert streams.input.history[0] == small.float().abs().max() and streams.input.history[1] == amax
+
+
+def test_a_delayed_stream_saturates_when_the_tensor_outgrows_its_history_then_forgets():
+    stream = fp8_matmul.DelayedStream("e4m3")
+    a = torch.randn(32, 16).to(torch.bfloat16)
+    amax = a.float().abs().max()
+    with fp8_matmul.training_step():
+        stream.quantize(a)
+    with fp8_matmul.training_step():
+        q, _, inverse = stream.quantize(a * 4)  # 4x the history's amax: its top quarter clips at 448
+    assert float(q.float().abs().max()) == 448.0 and int((q.float().abs() == 448).sum()) > 1
+    assert torch.equal(inverse, 1.0 / (448.0 / amax))
+    assert stream.history[0] == 4 * amax and torch.equal(stream.scale, 448.0 / (4 * amax))
+    for _ in range(fp8_matmul.HISTORY):  # small steps push the large amax out of the window
+        with fp8_matmul.training_step():
+            stream.quantize(a)
+    assert torch.equal(stream.scale, 448.0 / amax)
+
+
+def test_a_failed_step_does_not_advance_the_histories_and_delayed_needs_streams():
+    stream = fp8_matmul.DelayedStream("e4m3")
+    with pytest.raises(RuntimeError, match="boom"), fp8_matmul.training_step():
+        stream.quantize(torch.ones(16, 16, dtype=torch.bfloat16))
+        raise RuntimeError("boom")
+    assert not stream.ready and fp8_matmul._fixed_weights is None and not fp8_matmul._streams_used
+    x, w, _ = operands()
+    with pytest.raises(ValueError, match="needs the linear's DelayedStreams"):
+        fp8_matmul.fp8_matmul(x, w, "delayed")

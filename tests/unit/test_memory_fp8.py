@@ -1,7 +1,7 @@
 """The planner's precision='fp8' terms (helpers/memory/activations.py `_local_fp8`, plan.py): the
 kit's local FP8 linears save FP8 inputs for tensorwise (1 byte instead of bf16's 2 for QKV, the
 projection, FC1 and FC2), rowwise saves what bf16 saves; both keep two FP8 layouts of every FP8
-linear's weight for a training step (fp8_matmul.weights_fixed), and Transformer Engine's FP8 keeps an
+linear's weight for a training step (fp8_matmul.training_step), and Transformer Engine's FP8 keeps an
 FP8 copy and its transpose of every weight. Measured on the H200 (README, "Precision") before the
 per-step weight copies existed: the tensorwise plan was 0.4% above the 1.4B GPT's peak, bf16's and
 rowwise's 2.2%; with the copies (+2.25 GiB planned for the 1.4B GPT) the peak is not yet measured."""
@@ -36,6 +36,7 @@ def test_tensorwise_saves_one_byte_per_linear_input_element_and_keeps_two_weight
     # QKV, projection and FC1 inputs are T x h, FC2's T x f: one byte fewer per element each;
     # the weights of those linears in FP8, row-major and transposed (1 byte each), for the step
     assert differing(fp8, bf16) == {"activations": -L * T * (3 * H + F), "workspace": 2 * FP8_WEIGHTS}
+    assert stage(Training(precision="fp8", fp8_recipe="delayed")).terms == fp8.terms  # the same tensors, other scales
 
 
 def test_rowwise_saves_what_bf16_saves_and_te_adds_its_weight_copies():

@@ -38,14 +38,16 @@ def test_fp8_on_a_gpu_without_fp8_is_refused(support, match):
 
 
 def test_recipes_per_generation():
-    assert HOPPER.fp8_recipes == ("tensorwise", "rowwise") and not HOPPER.mxfp8
-    assert ADA.fp8_recipes == ("tensorwise",) and BLACKWELL.mxfp8
+    assert HOPPER.fp8_recipes == ("tensorwise", "rowwise", "delayed") and not HOPPER.mxfp8
+    assert ADA.fp8_recipes == ("tensorwise", "delayed") and BLACKWELL.mxfp8
     assert "no MXFP8 (Blackwell only" in HOPPER.message() and "MXFP8 in hardware" in BLACKWELL.message()
     assert hardware.support(None).message().startswith("no GPU: FP8 GEMMs need a GPU")
     spec = gpu_job(fp8_recipe="rowwise")
     precision_check.check(spec, spec.model_preset(), HOPPER)  # runs
-    with pytest.raises(InvalidJob, match=r"fp8_recipe='rowwise' cannot run here.*Ada.*\['tensorwise'\]"):
+    with pytest.raises(InvalidJob, match=r"fp8_recipe='rowwise' cannot run here.*Ada.*\['tensorwise', 'delayed'\]"):
         precision_check.check(spec, spec.model_preset(), ADA)
+    delayed = gpu_job(fp8_recipe="delayed")
+    precision_check.check(delayed, delayed.model_preset(), ADA)  # tensorwise GEMMs: runs
 
 
 def test_shapes_scaled_mm_cannot_take_are_named():
@@ -55,10 +57,13 @@ def test_shapes_scaled_mm_cannot_take_are_named():
         precision_check.check(spec, spec.model_preset(), HOPPER)
 
 
-def test_te_takes_only_tensorwise_and_other_precisions_pass():
+def test_te_takes_tensorwise_and_delayed_and_other_precisions_pass():
     spec = dataclasses.replace(gpu_job(fp8_recipe="rowwise"), backend="te")
-    with pytest.raises(InvalidJob, match="with backend='te' use fp8_recipe='tensorwise'"):
+    with pytest.raises(InvalidJob, match="with backend='te' use fp8_recipe='tensorwise' or 'delayed'"):
         precision_check.check(spec, spec.model_preset(), HOPPER)
+    for recipe in ("tensorwise", "delayed"):  # Megatron's own fp8_recipe names for TE
+        te = dataclasses.replace(gpu_job(fp8_recipe=recipe), backend="te")
+        precision_check.check(te, te.model_preset(), HOPPER)
     bf16 = JobSpec(precision="bf16", device="cpu")
     precision_check.check(bf16, bf16.model_preset())  # nothing to check
 
@@ -66,6 +71,7 @@ def test_te_takes_only_tensorwise_and_other_precisions_pass():
 def test_cli_and_spec():
     args = cli.parser().parse_args(["--precision", "fp8", "--fp8-recipe", "rowwise"])
     assert (args.precision, args.fp8_recipe) == ("fp8", "rowwise")
+    assert cli.parser().parse_args(["--fp8-recipe", "delayed"]).fp8_recipe == "delayed"
     assert JobSpec(precision="fp8").bf16 and JobSpec(precision="bf16").bf16 and not JobSpec(precision="fp32").bf16
     with pytest.raises(InvalidJob, match="precision must be"):
         runner.resolve(JobSpec(precision="fp16"))
@@ -89,4 +95,8 @@ def test_fp8_job_swaps_the_transformer_linears():
     plain = layer_specs.layer_spec(config, False, "sdpa")
     assert plain.submodules.self_attention.submodules.linear_qkv is ColumnParallelLinear
     assert build.local_fp8_recipe(dataclasses.replace(spec, backend="te")) is None
+    delayed_column, _ = fp8_linear.linears("delayed")  # its amax histories: made once, kept by the linear
+    linear = object.__new__(delayed_column)
+    assert fp8_linear.delayed_streams(linear) is fp8_linear.delayed_streams(linear) is not None
+    assert fp8_linear.delayed_streams(object.__new__(column)) is None
     assert build.te_fp8_fields(dataclasses.replace(spec, backend="te")) == {"fp8": "hybrid", "fp8_recipe": "tensorwise"}
