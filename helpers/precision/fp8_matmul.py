@@ -33,6 +33,7 @@ RECIPES = FP8_RECIPES  # the names JobSpec.fp8_recipe takes
 GRAD_FORMAT = {"tensorwise": "e5m2", "delayed": "e5m2", "rowwise": "e4m3"}
 scaled_mm = torch._scaled_mm  # module attribute: the unit test swaps in an emulation for rowwise on CPU
 
+
 def scaled_cast_layouts(x, fmax: float, dtype, dim, plain: bool, transposed: bool):
     """recipes.scale_and_cast_to, returning the FP8 matrix row-major (`plain`), its transpose
     made contiguous (`transposed`: what a GEMM needs as a column-major operand), or both, and the
