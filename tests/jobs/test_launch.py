@@ -1,4 +1,5 @@
-"""The job runner: success, equivalence with one process, named failures, timeouts that leave no
+"""The job runner: success, equivalence with one process (SDPA vs local attention; the layouts are
+notebooks 02, 03 and 05), named failures, timeouts that leave no
 process behind, and requests rejected before anything starts. A rank that raises, one that dies
 without a traceback, NaN, a hang inside a collective (collective_timeout_s) and one in a checkpoint
 save (stall_timeout_s) are asserted in notebooks/11_failure_modes.ipynb, which runs each of them."""
@@ -45,11 +46,8 @@ def test_single_process_run_writes_the_run_directory(reference):
     assert run.ranks[0]["param_bytes"] == run.ranks[0]["params"] * 4  # fp32
 
 
-@pytest.mark.parametrize("layout", [dict(tp=2), dict(pp=2), dict(nproc=2)], ids=["tp2", "pp2", "dp2"])
-def test_layout_matches_one_process(layout, reference, runs):
-    run = launch.run(**runs, **BATCH, **layout)
-    assert len(run.losses) == 5
-    assert _rel(run.losses, reference.losses) <= RTOL, (run.losses, reference.losses)
+# TP=2/4, PP=2/4 (+VPP) and DP=2/4 against one process (rtol 1e-5): notebooks 02, 03 and 05 assert it
+# under papermill (tests/notebooks), so no separate jobs here.
 
 
 def test_megatron_local_attention_matches_the_kit_sdpa_attention(reference, runs):

@@ -1,16 +1,16 @@
 """The memory planner (helpers/memory/) against live CPU jobs: its static terms equal what every
-rank of 14 layouts holds, byte for byte (ranks.json). The checks without processes (the committed
+rank of 11 layouts holds, byte for byte (ranks.json). The checks without processes (the committed
 GPU measurements within 10%, public presets, Megatron's estimator): tests/unit/test_memory_plan.py."""
 from concurrent.futures import ThreadPoolExecutor
 
 from helpers.memory.vs_measured import static_mismatches
 
-# 12 layouts of the tiny models: every axis, dense and expert parameters, with and without the
+# 9 layouts of the tiny models: every axis, dense and expert parameters, with and without the
 # distributed optimizer (whose shards depend on padding and on each rank's DP/EDP position); each
-# covers the simpler ones it contains (pp2-vpp2-distopt covers pp2, tp2-sp-distopt covers tp2, ...).
+# covers the simpler ones it contains (pp2-vpp2-distopt covers pp2, tp2-sp-distopt covers tp2 and
+# one rank's distributed optimizer, pp3-uneven covers uneven first/last stages, the MoE
+# pp2-vpp2-ep2-distopt covers MoE pipeline stages with the distributed optimizer, ...).
 LAYOUTS = {
-    "gpt-single-distopt": dict(model="tiny-gpt", dist_opt=True),
-    "gpt-pp2-uneven": dict(model="tiny-gpt", pp=2, first_stage_layers=1, last_stage_layers=3),
     "gpt-tp2-sp-distopt": dict(model="tiny-gpt", tp=2, sp=True, dist_opt=True),
     "gpt-pp3-uneven": dict(model="tiny-gpt", pp=3, first_stage_layers=1, last_stage_layers=1),
     "gpt-pp2-vpp2-distopt": dict(model="tiny-gpt", pp=2, vpp=2, global_batch=4, dist_opt=True),
@@ -21,7 +21,6 @@ LAYOUTS = {
     "moe-tp2-sp-etp1-ep2": dict(model="tiny-moe", tp=2, sp=True, etp=1, ep=2),
     "moe-pp2-vpp2-ep2-distopt": dict(model="tiny-moe", pp=2, vpp=2, ep=2, nproc=4, global_batch=4,
                                      dist_opt=True),
-    "moe-pp2-distopt": dict(model="tiny-moe", pp=2, nproc=2, dist_opt=True),
 }
 # An imported Qwen3 with tied embeddings: one tensor for input and output at PP=1, Megatron's own
 # copy of it on the last stage at PP=2.
@@ -49,4 +48,4 @@ def test_static_terms_equal_live_jobs(runs, tmp_path_factory):
         problems += [f"{name}: {p}" for p in static_mismatches(spec, ranks)]
         checked += len(ranks)
     assert not problems, "\n".join(problems)
-    assert checked >= 30  # ranks compared, each on every static key
+    assert checked >= 25  # ranks compared, each on every static key
