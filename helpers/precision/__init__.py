@@ -1,10 +1,13 @@
-"""Number formats and scaling recipes for low-precision training, in plain torch (CPU and GPU).
+"""Number formats and scaling recipes for low-precision training, in torch (CPU and GPU), with the
+GPU's quantiser in Triton.
 
 Used on both sides: the worker's FP8 linears (helpers/runtime/fp8_linear.py, on
 `torch._scaled_mm`) quantise with these recipes, and lesson 15 measures their error on CPU.
   formats.py     fp32, bf16, fp16, e4m3, e5m2, e8m0: range, spacing, the round-trip bound
   recipes.py     quantise/dequantise: delayed scaling (amax history), current tensorwise,
                  rowwise, MXFP8 (blocks of 32 sharing a power-of-two E8M0 scale)
-  fp8_matmul.py  one linear's three GEMMs (forward, input gradient, weight gradient) in FP8
+  fp8_matmul.py  one linear's three GEMMs (forward, input gradient, weight gradient) in FP8, the
+                 per-step weight cache and delayed-scaling histories (training_step)
+  fp8_cast_gpu.py  the GPU quantiser: one Triton kernel per tensor (imported only on a GPU)
   hardware.py    which GPU runs which recipe (compute capability), with the reason
 Nothing here imports the rest of the kit except helpers.errors."""
