@@ -48,6 +48,13 @@ def _scale_of(amax, fmax):
 
 
 @triton.jit
+def _saturate(x, fmax):
+    """torch's clamp(-fmax, fmax): NaN stays NaN (Triton's minimum/maximum would return the other
+    operand, so a NaN would become a finite -fmax and hide a diverged run from the NaN checks)."""
+    return tl.clamp(x, -fmax, fmax, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
 def _scale_cast_kernel(x_ptr, amax_ptr, q_ptr, qt_ptr, inverse_ptr, M, K, fmax,
                        GRANULARITY: tl.constexpr, PLAIN: tl.constexpr, TRANSPOSED: tl.constexpr,
                        BM: tl.constexpr, BK: tl.constexpr):
@@ -72,7 +79,7 @@ def _scale_cast_kernel(x_ptr, amax_ptr, q_ptr, qt_ptr, inverse_ptr, M, K, fmax,
         if pid_m == 0:
             tl.store(inverse_ptr + cols, inverse, mask=col_in)
         scaled = x * scale[None, :]
-    q = tl.minimum(tl.maximum(scaled, -fmax), fmax).to(q_ptr.dtype.element_ty)
+    q = _saturate(scaled, fmax).to(q_ptr.dtype.element_ty)
     if PLAIN:
         tl.store(q_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], q, mask=inside)
     if TRANSPOSED:  # the tile transposed, so that consecutive threads store consecutive bytes
@@ -90,8 +97,10 @@ def _delayed_cast_kernel(x_ptr, scale_ptr, amax_bits_ptr, q_ptr, qt_ptr, M, K, f
     cols = pid_k * BK + tl.arange(0, BK)
     inside = (rows < M)[:, None] & (cols < K)[None, :]
     x = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], mask=inside, other=0.0).to(tl.float32)
-    tl.atomic_max(amax_bits_ptr, tl.max(tl.max(tl.abs(x), axis=1), axis=0).to(tl.int32, bitcast=True))
-    q = tl.minimum(tl.maximum(x * tl.load(scale_ptr), -fmax), fmax).to(q_ptr.dtype.element_ty)
+    bits = tl.max(tl.max(tl.abs(x), axis=1), axis=0).to(tl.int32, bitcast=True)  # (this max skips NaN)
+    nan = tl.max(tl.max((x != x).to(tl.int32), axis=1), axis=0) > 0
+    tl.atomic_max(amax_bits_ptr, tl.where(nan, 0x7FC00000, bits))  # a NaN's bits order above inf's: kept
+    q = _saturate(x * tl.load(scale_ptr), fmax).to(q_ptr.dtype.element_ty)
     if PLAIN:
         tl.store(q_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], q, mask=inside)
     if TRANSPOSED:

@@ -68,7 +68,12 @@ def training_step():
     _fixed_weights = {}
     try:
         yield
-        for stream in list(_streams_used):  # not after a failed step: its amaxes may be garbage
+    except BaseException:
+        for stream in _streams_used:  # a failed step's amaxes may be garbage: forgotten
+            stream.amax_bits.zero_()
+        raise
+    else:
+        for stream in _streams_used:
             stream.advance()
     finally:
         _fixed_weights = None
@@ -109,21 +114,26 @@ class DelayedStream:
         self.ready = False  # a scale from the history exists (after the first step)
 
     def quantize(self, x: torch.Tensor, plain: bool = True, transposed: bool = False):
-        """(row-major FP8 or None, transposed FP8 or None, dequantisation multiplier) of a matrix."""
+        """(row-major FP8 or None, transposed FP8 or None, dequantisation multiplier) of a matrix.
+        Only a training step's amaxes are recorded (inside training_step(); an evaluation pass
+        between steps quantises with the current scale and leaves the history alone)."""
         f = formats.get(self.fmt)
         if self.history is None:
             self.history = torch.zeros(HISTORY, dtype=torch.float32, device=x.device)
             self.amax_bits = torch.zeros((), dtype=torch.int32, device=x.device)
-        _streams_used.add(self)
+        training = _fixed_weights is not None
+        if training:
+            _streams_used.add(self)
+        bits = self.amax_bits if training else torch.zeros_like(self.amax_bits)  # a scratch one: not recorded
         x = x.detach()
         with torch.no_grad():
-            amax = self.amax_bits.view(torch.float32)
+            amax = bits.view(torch.float32)
             if not self.ready:  # first step: current scaling, and its amax recorded
                 torch.maximum(amax, torch.linalg.vector_norm(x, float("inf")).float(), out=amax)
                 return quantize(x, self.fmt, None, plain, transposed)
             if x.device.type == "cuda":
                 from helpers.precision import fp8_cast_gpu
-                q, qt = fp8_cast_gpu.delayed_cast(x, f.max, f.dtype, self.scale, self.amax_bits, plain, transposed)
+                q, qt = fp8_cast_gpu.delayed_cast(x, f.max, f.dtype, self.scale, bits, plain, transposed)
                 return q, qt, self.inverse
             x32 = x.to(torch.float32)  # the kernel's arithmetic in torch (CPU tests)
             torch.maximum(amax, x32.abs().amax(), out=amax)

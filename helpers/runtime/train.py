@@ -139,6 +139,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         routers.begin(it + 1)
         if captured:
             captured.current = it + 1
+        queueing = time.perf_counter()
         with fp8_matmul.training_step():  # FP8 linears: each weight quantised once per step; delayed scales advance
             losses = run_schedule(model, data_iters, spec, partial(forward_step, device, scale), forward_only=False)
         issued = time.perf_counter()  # every microbatch is queued (on one GPU nothing above waits for the device)
@@ -164,7 +165,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
                   "tokens_per_s": tokens_per_iter / step,
                   # host-bound or device-bound: how long the host took to queue the forward/backward
                   # passes, and how long it then waited for the device to finish them (~0: host-bound)
-                  "fwd_bwd_issue_s": issued - t0, "fwd_bwd_drain_s": drained - issued}
+                  "fwd_bwd_issue_s": issued - queueing, "fwd_bwd_drain_s": drained - issued}
         if it == start:
             static = gather.gather_to_rank0({**memory_stats.static_memory(model, opt), **inst.rank_facts()})
             if rank == 0:

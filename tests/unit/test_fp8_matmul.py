@@ -165,12 +165,22 @@ def test_a_delayed_stream_saturates_when_the_tensor_outgrows_its_history_then_fo
     assert torch.equal(stream.scale, 448.0 / amax)
 
 
-def test_a_failed_step_does_not_advance_the_histories_and_delayed_needs_streams():
+def test_a_failed_step_and_evaluation_leave_the_histories_alone_and_delayed_needs_streams():
     stream = fp8_matmul.DelayedStream("e4m3")
     with pytest.raises(RuntimeError, match="boom"), fp8_matmul.training_step():
         stream.quantize(torch.ones(16, 16, dtype=torch.bfloat16))
         raise RuntimeError("boom")
     assert not stream.ready and fp8_matmul._fixed_weights is None and not fp8_matmul._streams_used
+    assert int(stream.amax_bits) == 0  # the failed step's amax is forgotten, not folded into the next
+    with fp8_matmul.training_step():
+        stream.quantize(torch.ones(16, 16, dtype=torch.bfloat16))
+    history, scale = stream.history.clone(), stream.scale
+    q, _, _ = stream.quantize(torch.full((16, 16), 8.0, dtype=torch.bfloat16))  # evaluation, between steps
+    assert float(q.float().max()) == 448.0  # quantised with the step's scale (amax 1: saturates)
+    assert int(stream.amax_bits) == 0 and not fp8_matmul._streams_used  # ...and not recorded
+    with fp8_matmul.training_step():
+        stream.quantize(torch.ones(16, 16, dtype=torch.bfloat16))
+    assert torch.equal(stream.history[1:], history[:-1]) and torch.equal(stream.scale, scale)
     x, w, _ = operands()
     with pytest.raises(ValueError, match="needs the linear's DelayedStreams"):
         fp8_matmul.fp8_matmul(x, w, "delayed")
