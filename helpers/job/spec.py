@@ -18,6 +18,8 @@ DATA_KINDS = ("synthetic", "wikitext", "sft")
 ATTENTION_KINDS = ("sdpa", "megatron_local")
 PRECISIONS = ("auto", "fp32", "bf16", "fp8")
 FP8_RECIPES = ("tensorwise", "rowwise", "delayed")  # helpers/precision/fp8_matmul.py
+PER_TENSOR_FP8_RECIPES = ("tensorwise", "delayed")  # one scale per tensor: the same GEMMs and saved tensors
+FP8_LINEARS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")  # the linears precision='fp8' swaps
 
 
 @dataclass(frozen=True)

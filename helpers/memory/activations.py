@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
+from helpers.job.spec import PER_TENSOR_FP8_RECIPES
 from helpers.memory.static import layer_kind
 from helpers.memory.training import Training
 
@@ -145,7 +146,7 @@ def _local_fp8(model, lay, tr, kind, T, Th, saved, transient) -> tuple[float, fl
     qkv_w = (model.num_attention_heads + 2 * model.kv_heads) * d // tp
     f = model.ffn_hidden_size // tp * (2 if model.activation == "swiglu" else 1)
     f_in = model.ffn_hidden_size // tp
-    if tr.fp8_recipe in ("tensorwise", "delayed") and not model.multi_latent_attention:
+    if tr.fp8_recipe in PER_TENSOR_FP8_RECIPES and not model.multi_latent_attention:
         saved += T * h * 1 - Th * h * B  # QKV input
         saved += T * q_w * (1 - B)  # projection input
         if kind != "moe":  # the dense MLP's linears (MoE experts stay bf16)

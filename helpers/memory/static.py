@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
+from helpers.job.spec import FP8_LINEARS
 from helpers.memory.training import Training
 
 
@@ -165,14 +166,11 @@ def chunk_params(model: ModelPreset, lay: Layout, stage: int, chunk: int) -> lis
     return out
 
 
-FP8_LINEARS = ("linear_qkv.weight", "linear_proj.weight", "linear_fc1.weight", "linear_fc2.weight")
-
-
 def fp8_linear_numel(model: ModelPreset, lay: Layout, stage: int) -> int:
     """Weights of this stage that the kit's local FP8 linears quantise (helpers/runtime/fp8_linear.py:
     attention and dense-MLP linears; experts, embedding and output layer stay bf16)."""
     return sum(p.numel for chunk in range(lay.vpp or 1) for p in chunk_params(model, lay, stage, chunk)
-               if p.name.endswith(FP8_LINEARS) and "experts." not in p.name)
+               if p.name.endswith(tuple(f"{n}.weight" for n in FP8_LINEARS)) and "experts." not in p.name)
 
 
 def _buffer_numel(params: list[Param], shards: int, dist_opt: bool) -> int:

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import torch
 
-from helpers.job.spec import FP8_RECIPES
+from helpers.job.spec import FP8_RECIPES, PER_TENSOR_FP8_RECIPES
 from helpers.precision import formats, recipes
 
 RECIPES = FP8_RECIPES  # the names JobSpec.fp8_recipe takes
@@ -177,7 +177,7 @@ class FP8Matmul(torch.autograd.Function):
             raise ValueError("the delayed FP8 recipe needs the linear's DelayedStreams (its amax histories)")
         ctx.recipe, ctx.x_shape, ctx.streams = recipe, x.shape, streams
         x2 = x.reshape(-1, x.shape[-1]).contiguous()  # [M, K]
-        if recipe in ("tensorwise", "delayed"):
+        if recipe in PER_TENSOR_FP8_RECIPES:
             xq, xq_t, xs = (streams.input.quantize(x2, transposed=True) if recipe == "delayed"
                             else quantize(x2, "e4m3", transposed=True))
             wq, wq_t, ws = quantize_weight(weight, "e4m3", transposed=True)  # both layouts of W in one pass
@@ -198,7 +198,7 @@ class FP8Matmul(torch.autograd.Function):
         dy2 = dy.reshape(-1, dy.shape[-1]).contiguous()  # [M, N]
         want_dx, want_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dx = dw = None
-        if recipe in ("tensorwise", "delayed"):
+        if recipe in PER_TENSOR_FP8_RECIPES:
             xq_t, xs, wq_t, ws = ctx.saved_tensors
             dyq, dyq_t, dys = (ctx.streams.grad_output.quantize(dy2, plain=want_dx, transposed=want_dw)
                                if recipe == "delayed" else quantize(dy2, gfmt, plain=want_dx, transposed=want_dw))

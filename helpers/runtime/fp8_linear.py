@@ -26,6 +26,7 @@ from megatron.core.tensor_parallel.mappings import (
     gather_from_sequence_parallel_region,
 )
 
+from helpers.job.spec import FP8_LINEARS
 from helpers.precision.fp8_matmul import DelayedStreams, fp8_matmul
 
 
@@ -94,7 +95,7 @@ def use_in(layer_spec, recipe: str) -> int:
     swapped = 0
     blocks = [layer_spec.submodules.self_attention.submodules, dense_mlp_submodules(layer_spec.submodules.mlp)]
     for sub in filter(None, blocks):
-        for name in ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"):
+        for name in FP8_LINEARS:
             current = getattr(sub, name, None)
             if current is ColumnParallelLinear:
                 setattr(sub, name, column)
