@@ -11,9 +11,13 @@ add up to. This script measures, on matrices small enough that the GPU is never 
   * the same with the quantiser, then `_scaled_mm`, replaced by stubs that return ready tensors
     (what is left is the autograd Function and its Python);
   * the parts alone: amax (`vector_norm`), `torch.empty`, the Triton quantiser, `_scaled_mm`;
+  * where the host time goes: FP8Matmul's forward and backward called directly with a stand-in
+    ctx (so both run in this thread, which cProfile watches: autograd runs a CUDA backward in its
+    own thread), under cProfile, and the real autograd call under torch.profiler (host time per op);
 and, at the real FC1 size (8192 x 2048 -> 8192), host time to queue a call against GPU time per call.
 
-    PYTHONPATH=$PWD python3 benchmarks/gpu_fp8_host.py --out DIR     (writes DIR/fp8_host.json)
+    PYTHONPATH=$PWD python3 benchmarks/gpu_fp8_host.py --out DIR     (writes DIR/fp8_host.json, DIR/cprofile_*.txt,
+                                                                     DIR/torch_profile_tensorwise.txt)
 """
 import argparse
 import json
@@ -92,6 +96,59 @@ def tiny(out: dict):
     print("host us per call (64 x 64):", json.dumps({k: round(v, 1) for k, v in r.items()}), flush=True)
 
 
+class StandInCtx:
+    """What FP8Matmul's forward and backward use of autograd's ctx, without autograd."""
+    needs_input_grad = (True, True, False, False)
+
+    def save_for_backward(self, *tensors):
+        self.saved_tensors = tensors
+
+
+def where_host_time_goes(out: dict, files: Path):
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    from helpers.precision import fp8_matmul
+    x, w, dy = (torch.randn(64, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    r = {}
+    for recipe in ("tensorwise", "delayed"):
+        streams = fp8_matmul.DelayedStreams() if recipe == "delayed" else None
+        if streams:
+            with fp8_matmul.training_step():
+                forward_backward(partial(fp8_call, recipe, streams), x, w, dy)()
+
+        def direct(recipe=recipe, streams=streams):
+            ctx = StandInCtx()
+            fp8_matmul.FP8Matmul.forward(ctx, x, w, recipe, streams)
+            fp8_matmul.FP8Matmul.backward(ctx, dy)
+        r[f"{recipe}_direct_fwd_bwd_us"] = host_us(direct)
+        r[f"{recipe}_forward_only_us"] = host_us(partial(fp8_matmul.fp8_matmul, x, w, recipe, streams))
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(200):
+            direct()
+        torch.cuda.synchronize()
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
+        (files / f"cprofile_{recipe}.txt").write_text(text.getvalue())
+    go = forward_backward(partial(fp8_call, "tensorwise", None), x, w, dy)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                            torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(50):
+            go()
+        torch.cuda.synchronize()
+    table = prof.key_averages()
+    (files / "torch_profile_tensorwise.txt").write_text(
+        "# 50 fp8 tensorwise forward+backward calls, 64 x 64, by host time (self)\n"
+        + table.table(sort_by="self_cpu_time_total", row_limit=40))
+    out["host_us_breakdown"] = r
+    print("host us:", json.dumps({k: round(v, 1) for k, v in r.items()}), flush=True)
+
+
 def fc1(out: dict):
     """At the FC1 size: host time to queue N calls (no synchronisation) against GPU time per call."""
     import torch
@@ -131,12 +188,13 @@ def main():
     import torch
     args.out.mkdir(parents=True, exist_ok=True)
     out = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "command": " ".join(sys.argv)}
-    for part in (tiny, fc1):
+    for part in (tiny, partial(where_host_time_goes, files=args.out), fc1):
         try:
             part(out)
         except Exception as e:  # keep the other part's numbers
-            out[part.__name__] = {"error": str(e)[-2000:]}
-            print(part.__name__, "FAILED", str(e)[-2000:], flush=True)
+            name = getattr(part, "__name__", None) or part.func.__name__
+            out[name] = {"error": str(e)[-2000:]}
+            print(name, "FAILED", str(e)[-2000:], flush=True)
         (args.out / "fp8_host.json").write_text(json.dumps(out, indent=1))
 
 

@@ -12,8 +12,9 @@ against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocatio
      (KIT_CAPTURE_TENSORS), quantised by every recipe of helpers/precision/recipes.py (MXFP8 emulated).
 
     KIT_DATA_DIR=<folder with wikitext-2-raw-v1/ and tokenizers/gpt2/> \\
-    python benchmarks/gpu_precision.py --out DIR [--iters 200] [--global-batch 32] [--rowwise-iters 30]
-        [--skip gemm,bf16,tensorwise,delayed,rowwise,recipes] [--merge EARLIER/results.json]
+    python benchmarks/gpu_precision.py --out DIR [--iters 200] [--global-batch 32] [--micro-batch 4]
+        [--rowwise-iters 30] [--skip gemm,bf16,tensorwise,delayed,rowwise,recipes] [--merge EARLIER/results.json]
+        [--profile]
 
 Global batch 32 (8 microbatches) is the GPU-speed benchmark's (benchmarks/gpu_throughput.py); 200 of
 its iterations take ~4.5 minutes per precision on an H200, so one 10-minute device call holds one
@@ -22,7 +23,9 @@ then `--skip gemm,bf16,delayed,rowwise,recipes --merge <that call's results.json
 `--skip gemm,bf16,tensorwise,recipes --merge ...` (delayed, rowwise); --merge keeps the earlier
 entries and compares against them.
 Each training row also has the host/device split of its steps (metrics.jsonl's fwd_bwd_issue_s and
-fwd_bwd_drain_s, medians): a drain near 0 means the host, not the GPU, sets the pace.
+fwd_bwd_drain_s, medians): a drain near 0 means the host, not the GPU, sets the pace. --profile
+writes torch.profiler tables of each training run's last two iterations (DIR/profile_<run>.txt,
+KIT_TORCH_PROFILE; those two iterations are left out of the step time).
 """
 import argparse
 import json
@@ -40,7 +43,7 @@ from helpers.memory.vs_measured import peak_rows  # noqa: E402
 
 MODEL = dict(num_layers=24, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192,
              vocab_size=50304, max_seq_len=2048)
-SEQ, MICRO = 2048, 4
+SEQ = 2048
 PEAK_BF16 = 989e12  # H100/H200 dense bf16, datasheet
 WARMUP = 3
 
@@ -142,24 +145,26 @@ def quantiser_check(x) -> dict:
     return out
 
 
-def train(precision: str, recipe: str, iters: int, gbs: int, out: Path, capture: int | None = None) -> dict:
+def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Path, capture: int | None = None,
+          profile: Path | None = None) -> dict:
     env = {"NCCL_NVLS_ENABLE": "0"}
     if capture:
         env["KIT_CAPTURE_TENSORS"] = str(capture)
+    if profile:
+        env["KIT_TORCH_PROFILE"] = str(profile)
     t0 = time.time()
-    run = launch.run(model="tiny-gpt", model_overrides=MODEL, seq_len=SEQ, micro_batch=MICRO, global_batch=gbs,
+    run = launch.run(model="tiny-gpt", model_overrides=MODEL, seq_len=SEQ, micro_batch=micro, global_batch=gbs,
                      iters=iters, lr=3e-4, device="cuda", precision=precision, fp8_recipe=recipe,
                      data="wikitext", tokenizer="gpt2", seed_checkpoint=False, out=str(out / "runs"),
                      progress=False, timeout_s=420, env=env)
-    steps = [m["step_time_s"] for m in run.metrics]
-    step = statistics.median(steps[WARMUP:] or steps)
-    split = {k: statistics.median([m[k] for m in run.metrics][WARMUP:] or [m[k] for m in run.metrics])
-             for k in ("fwd_bwd_issue_s", "fwd_bwd_drain_s")}
+    timed = run.metrics[WARMUP:len(run.metrics) - (2 if profile else 0)] or run.metrics  # (profiled: slower)
+    step = statistics.median(m["step_time_s"] for m in timed)
+    split = {k: statistics.median(m[k] for m in timed) for k in ("fwd_bwd_issue_s", "fwd_bwd_drain_s")}
     peaks = json.loads((run.path / "device_memory.json").read_text())
     plan = peak_rows(run.spec, peaks)[0]
     model = run.spec.model_preset()
     return {"precision": precision, "recipe": recipe if precision == "fp8" else None, "iters": iters,
-            "global_batch": gbs, "step_time_s": step, "tokens_per_s": gbs * SEQ / step, **split,
+            "global_batch": gbs, "micro_batch": micro, "step_time_s": step, "tokens_per_s": gbs * SEQ / step, **split,
             "mfu_vs_bf16_peak": mfu(gbs * SEQ / step, model, SEQ, PEAK_BF16), "losses": run.losses,
             "final_loss_mean10": statistics.mean(run.losses[-10:]),
             "max_allocated_bytes": peaks["0"]["mem_max_allocated_bytes"],
@@ -190,7 +195,9 @@ def main():
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--global-batch", type=int, default=32)
+    ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--rowwise-iters", type=int, default=30)
+    ap.add_argument("--profile", action="store_true", help="torch.profiler tables of each run's last two iterations")
     ap.add_argument("--skip", default="", help="comma list of gemm,bf16,tensorwise,delayed,rowwise,recipes")
     ap.add_argument("--merge", type=Path, help="an earlier call's results.json: its entries are kept")
     args = ap.parse_args()
@@ -223,27 +230,29 @@ def main():
     print(res["gpu"], "|", res["support"], flush=True)
     if "gemm" not in skip:
         attempt("gemm", gemm_check)
+    batches = (args.global_batch, args.micro_batch, args.out)
+    profile = (lambda key: args.out / f"profile_{key}.txt") if args.profile else (lambda key: None)
     if "bf16" not in skip:
-        attempt("bf16", train, "bf16", "tensorwise", args.iters, args.global_batch, args.out, capture=args.iters // 2)
-    if "tensorwise" not in skip:
-        attempt("fp8_tensorwise", train, "fp8", "tensorwise", args.iters, args.global_batch, args.out)
-    if "delayed" not in skip:
-        attempt("fp8_delayed", train, "fp8", "delayed", args.iters, args.global_batch, args.out)
-    if "rowwise" not in skip and args.rowwise_iters:
-        attempt("fp8_rowwise", train, "fp8", "rowwise", args.rowwise_iters, args.global_batch, args.out)
+        attempt("bf16", train, "bf16", "tensorwise", args.iters, *batches, capture=args.iters // 2,
+                profile=profile("bf16"))
+    for recipe in ("tensorwise", "delayed", "rowwise"):
+        iters = args.rowwise_iters if recipe == "rowwise" else args.iters
+        if recipe not in skip and iters:
+            attempt(f"fp8_{recipe}", train, "fp8", recipe, iters, *batches, profile=profile(f"fp8_{recipe}"))
     b = res.get("bf16", {})
     for recipe in ("tensorwise", "delayed"):
         f = res.get(f"fp8_{recipe}", {})
-        if "tokens_per_s" in b and "tokens_per_s" in f:
+        res.pop(f"speedup_{recipe}", None)  # a merged file's figures must not outlive a failed re-run
+        res.pop(f"final_loss_gap_{recipe}", None)
+        if "tokens_per_s" in b and "tokens_per_s" in f and b.get("micro_batch") == f.get("micro_batch"):
             res[f"speedup_{recipe}"] = f["tokens_per_s"] / b["tokens_per_s"]
-            res[f"final_loss_gap_{recipe}"] = f["final_loss_mean10"] / b["final_loss_mean10"] - 1
-            print(f"fp8 {recipe} / bf16: {res[f'speedup_{recipe}']:.3f}x tokens/s; final loss gap "
-                  f"{res[f'final_loss_gap_{recipe}']:+.4%}", flush=True)
-        else:  # a merged file's figures must not outlive a failed re-run
-            res.pop(f"speedup_{recipe}", None)
-            res.pop(f"final_loss_gap_{recipe}", None)
+            print(f"fp8 {recipe} / bf16: {res[f'speedup_{recipe}']:.3f}x tokens/s", flush=True)
+            if b["iters"] == f["iters"]:  # final losses compare only at the same iteration
+                res[f"final_loss_gap_{recipe}"] = f["final_loss_mean10"] / b["final_loss_mean10"] - 1
+                print(f"fp8 {recipe}: final loss gap {res[f'final_loss_gap_{recipe}']:+.4%}", flush=True)
     r = res.get("fp8_rowwise", {})
-    if "tokens_per_s" in b and "tokens_per_s" in r:
+    res.pop("speedup_rowwise", None)
+    if "tokens_per_s" in b and "tokens_per_s" in r and b.get("micro_batch") == r.get("micro_batch"):
         res["speedup_rowwise"] = r["tokens_per_s"] / b["tokens_per_s"]
         print(f"fp8 rowwise / bf16: {res['speedup_rowwise']:.3f}x tokens/s", flush=True)
     captured = Path(b.get("run_dir", "")) / "linear_tensors.pt"

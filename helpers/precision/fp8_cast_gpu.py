@@ -32,6 +32,7 @@ import triton
 import triton.language as tl
 
 BLOCK_M, BLOCK_K = 64, 128  # a tile: 64 rows of 128 bf16 values (16 KiB in, 8 KiB per FP8 layout out)
+NUM_WARPS = 4  # per program (benchmarks/gpu_fp8_cast_tiles.py times other tiles and warp counts)
 PER_TENSOR, PER_ROW, PER_COLUMN = 0, 1, 2
 
 
@@ -126,7 +127,7 @@ def delayed_cast(x: torch.Tensor, fmax: float, dtype: torch.dtype, scale: torch.
     q, qt, q_arg, qt_arg = _layouts(m, k, dtype, x.device, plain, transposed)
     grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(k, BLOCK_K))
     _delayed_cast_kernel[grid](x, scale, amax_bits, q_arg, qt_arg, m, k, fmax,
-                               PLAIN=plain, TRANSPOSED=transposed, BM=BLOCK_M, BK=BLOCK_K)
+                               PLAIN=plain, TRANSPOSED=transposed, BM=BLOCK_M, BK=BLOCK_K, num_warps=NUM_WARPS)
     return q, qt
 
 
@@ -153,5 +154,6 @@ def scale_cast(x: torch.Tensor, fmax: float, dtype: torch.dtype, dim: int | None
     q, qt, q_arg, qt_arg = _layouts(m, k, dtype, x.device, plain, transposed)
     grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(k, BLOCK_K))
     _scale_cast_kernel[grid](x, amax.contiguous(), q_arg, qt_arg, inverse, m, k, fmax,
-                             GRANULARITY=granularity, PLAIN=plain, TRANSPOSED=transposed, BM=BLOCK_M, BK=BLOCK_K)
+                             GRANULARITY=granularity, PLAIN=plain, TRANSPOSED=transposed, BM=BLOCK_M, BK=BLOCK_K,
+                             num_warps=NUM_WARPS)
     return q, qt, inverse
