@@ -27,12 +27,16 @@ per column (the rowwise recipe scales along each GEMM's contraction dimension).
 and the tensor's amax is measured in the same pass for the steps after."""
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
 BLOCK_M, BLOCK_K = 64, 128  # a tile: 64 rows of 128 bf16 values (16 KiB in, 8 KiB per FP8 layout out)
 NUM_WARPS = 4  # per program (benchmarks/gpu_fp8_cast_tiles.py times other tiles and warp counts)
+if os.environ.get("KIT_FP8_CAST_TILE"):  # "BLOCK_MxBLOCK_KxNUM_WARPS": a benchmark's override (gpu_precision.py)
+    BLOCK_M, BLOCK_K, NUM_WARPS = (int(v) for v in os.environ["KIT_FP8_CAST_TILE"].split("x"))
 PER_TENSOR, PER_ROW, PER_COLUMN = 0, 1, 2
 
 

@@ -73,8 +73,7 @@ def training_step():
             stream.amax_bits.zero_()
         raise
     else:
-        for stream in _streams_used:
-            stream.advance()
+        advance(_streams_used)
     finally:
         _fixed_weights = None
         _streams_used.clear()
@@ -99,7 +98,7 @@ class DelayedStream:
     """Delayed scaling of one tensor stream (one linear's inputs, or its output gradients), on its
     device: the scale for a step is max / (largest amax of the last HISTORY steps), so the cast
     needs no amax pass before it; the cast measures this step's amax on the way (over every
-    microbatch), and it joins the history when the step ends (training_step). A step whose tensor
+    microbatch), and it joins the history when the step ends (training_step, advance). A step whose tensor
     outgrows the history saturates at the format's max. The first step has no history and scales
     each tensor by its own amax (current scaling; Transformer Engine starts from scale 1 instead,
     which would flush most of a first step's gradients to zero). The state is not checkpointed:
@@ -140,15 +139,26 @@ class DelayedStream:
             q = (x32 * self.scale).clamp(-f.max, f.max).to(f.dtype)
             return (q if plain else None), (q.t().contiguous() if transposed else None), self.inverse
 
-    def advance(self):
-        """End of a step: its amax joins the history, the next step's scale comes from the history."""
-        with torch.no_grad():
-            self.history = torch.cat([self.amax_bits.view(torch.float32).reshape(1), self.history[:-1]])
-            top = self.history.max()
-            self.scale = torch.where(top > 0, formats.get(self.fmt).max / top, torch.ones_like(top))
-            self.inverse = 1.0 / self.scale
-            self.amax_bits = torch.zeros_like(self.amax_bits)
-        self.ready = True
+
+def advance(streams) -> None:
+    """End of a step, for every stream that quantised in it: each one's amax joins its history and
+    its next scale comes from the history. Done for all streams of a format at once, on stacked
+    copies, so a step ends with ~10 small launches rather than ~5 per stream (the 1.4B GPT has 192
+    streams: ~960 launches, queued after the last backward kernel, while the GPU may already wait).
+    Each stream then holds a row (a view) of the stacked results, replaced next step, never changed."""
+    groups: dict = {}
+    for stream in streams:
+        groups.setdefault((stream.fmt, stream.history.device), []).append(stream)
+    with torch.no_grad():
+        for (fmt, device), group in groups.items():
+            amax = torch.stack([s.amax_bits for s in group]).view(torch.float32)  # the bits, read as floats
+            history = torch.cat([amax[:, None], torch.stack([s.history[:-1] for s in group])], dim=1)
+            top = history.max(dim=1).values
+            scale = torch.where(top > 0, formats.get(fmt).max / top, torch.ones_like(top))
+            inverse = 1.0 / scale
+            bits = torch.zeros(len(group), dtype=torch.int32, device=device)
+            for i, s in enumerate(group):
+                s.history, s.scale, s.inverse, s.amax_bits, s.ready = history[i], scale[i], inverse[i], bits[i], True
 
 
 class DelayedStreams:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from helpers.precision import fp8_matmul, recipes
+from helpers.precision import formats, fp8_matmul, recipes
 
 BF16_ULP = 2.0 ** -8  # bf16 output rounding, relative
 
@@ -184,3 +184,26 @@ def test_a_failed_step_and_evaluation_leave_the_histories_alone_and_delayed_need
     x, w, _ = operands()
     with pytest.raises(ValueError, match="needs the linear's DelayedStreams"):
         fp8_matmul.fp8_matmul(x, w, "delayed")
+
+
+def test_streams_advance_together_each_by_its_own_history_and_format():
+    """training_step() advances every stream that quantised in one batch per format (stacked
+    tensors, each stream a row of them): each still gets max / (its own largest amax), with its
+    format's max, and its own amax counter."""
+    streams = [fp8_matmul.DelayedStream(fmt) for fmt in ("e4m3", "e5m2", "e4m3")]
+    tensors = [torch.randn(16, 32).to(torch.bfloat16) * k for k in (1.0, 3.0, 0.25)]
+    with fp8_matmul.training_step():
+        for s, t in zip(streams, tensors):
+            s.quantize(t)
+    with fp8_matmul.training_step():
+        for s, t in zip(streams, tensors):
+            s.quantize(t * 0.5)  # smaller: the first step's amax still sets the scale
+    for s, t in zip(streams, tensors):
+        amax = t.float().abs().max()
+        assert torch.equal(s.history[:2], torch.stack([amax * 0.5, amax])) and float(s.history[2:].sum()) == 0
+        assert torch.equal(s.scale, formats.get(s.fmt).max / amax) and torch.equal(s.inverse, 1.0 / s.scale)
+        assert int(s.amax_bits) == 0
+    with fp8_matmul.training_step():
+        streams[0].quantize(tensors[0] * 8)  # only this stream quantises (and so advances)
+    assert streams[0].history[0] == tensors[0].float().abs().max() * 8
+    assert streams[2].history[0] == tensors[2].float().abs().max() * 0.5  # untouched
