@@ -1,5 +1,6 @@
 """Tile size and warp count of the kit's Triton FP8 casts (helpers/precision/fp8_cast_gpu.py) on
-the 1.4B GPT's real operand shapes: which (BLOCK_M, BLOCK_K, NUM_WARPS) moves the bytes fastest.
+the 1.4B GPT's real operand shapes: which (BLOCK_M, BLOCK_K, warps) moves the bytes fastest (the
+kit's choice per kernel: SCALE_CAST_TILE, DELAYED_CAST_TILE).
 
 Why: in the FP8 training step of benchmarks/gpu_precision.py the casts are ~9% of the GPU time
 (H200, 2026-12-01: 97 us per delayed cast at micro batch 8, ~2.8 TB/s), and they are pure memory
@@ -38,14 +39,14 @@ def main():
     inputs = {k: torch.randn(args.tokens, k, device="cuda", dtype=torch.bfloat16) for k in LAYER_MIX}
     scale = torch.tensor(8.0, device="cuda")
     amax_bits = torch.zeros((), dtype=torch.int32, device="cuda")  # (an atomic max: repeated calls leave it alone)
-    default = (fp8_cast_gpu.BLOCK_M, fp8_cast_gpu.BLOCK_K, fp8_cast_gpu.NUM_WARPS)
+    default = (64, 128, 4)  # the first tile the kit used for both kernels: the reference bytes
     casts = {
         "delayed": lambda x: fp8_cast_gpu.delayed_cast(x, f.max, f.dtype, scale, amax_bits, True, True),
         "tensorwise": lambda x: fp8_cast_gpu.scale_cast(x, f.max, f.dtype, None, True, True)[:2]}
     reference, out = {}, {"gpu": torch.cuda.get_device_name(0), "tokens": args.tokens, "default": default,
                           "command": " ".join(sys.argv), "us": {}, "equal_to_default": {}}
     for config in [default] + [c for c in CONFIGS if c != default]:
-        fp8_cast_gpu.BLOCK_M, fp8_cast_gpu.BLOCK_K, fp8_cast_gpu.NUM_WARPS = config
+        fp8_cast_gpu.SCALE_CAST_TILE = fp8_cast_gpu.DELAYED_CAST_TILE = config
         name = "x".join(map(str, config))
         try:
             row, equal = {}, True
@@ -64,7 +65,6 @@ def main():
         except Exception as e:  # a tile too large for shared memory fails to compile: keep the others
             out["us"][name] = {"error": str(e)[-500:]}
             print(name, "FAILED", str(e)[-300:], flush=True)
-    fp8_cast_gpu.BLOCK_M, fp8_cast_gpu.BLOCK_K, fp8_cast_gpu.NUM_WARPS = default
     for kind in casts:
         ok = {n: r[f"{kind}_layer"] for n, r in out["us"].items() if "error" not in r and out["equal_to_default"][n]}
         out[f"best_{kind}"] = min(ok, key=ok.get)

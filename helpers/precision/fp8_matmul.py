@@ -142,23 +142,17 @@ class DelayedStream:
 
 def advance(streams) -> None:
     """End of a step, for every stream that quantised in it: each one's amax joins its history and
-    its next scale comes from the history. Done for all streams of a format at once, on stacked
-    copies, so a step ends with ~10 small launches rather than ~5 per stream (the 1.4B GPT has 192
-    streams: ~960 launches, queued after the last backward kernel, while the GPU may already wait).
-    Each stream then holds a row (a view) of the stacked results, replaced next step, never changed."""
-    groups: dict = {}
-    for stream in streams:
-        groups.setdefault((stream.fmt, stream.history.device), []).append(stream)
+    its next scale comes from the history. (~5 small launches per stream. Batching all streams into
+    stacked tensors, each stream holding a row, was tried on 2026-12-01 and the delayed jobs failed
+    on the H200, cause unknown: kept per stream, the way it ran there.)"""
     with torch.no_grad():
-        for (fmt, device), group in groups.items():
-            amax = torch.stack([s.amax_bits for s in group]).view(torch.float32)  # the bits, read as floats
-            history = torch.cat([amax[:, None], torch.stack([s.history[:-1] for s in group])], dim=1)
-            top = history.max(dim=1).values
-            scale = torch.where(top > 0, formats.get(fmt).max / top, torch.ones_like(top))
-            inverse = 1.0 / scale
-            bits = torch.zeros(len(group), dtype=torch.int32, device=device)
-            for i, s in enumerate(group):
-                s.history, s.scale, s.inverse, s.amax_bits, s.ready = history[i], scale[i], inverse[i], bits[i], True
+        for s in streams:
+            s.history = torch.cat([s.amax_bits.view(torch.float32).reshape(1), s.history[:-1]])
+            top = s.history.max()
+            s.scale = torch.where(top > 0, formats.get(s.fmt).max / top, torch.ones_like(top))
+            s.inverse = 1.0 / s.scale
+            s.amax_bits = torch.zeros_like(s.amax_bits)
+            s.ready = True
 
 
 class DelayedStreams:
