@@ -142,9 +142,10 @@ class DelayedStream:
 
 def advance(streams) -> None:
     """End of a step, for every stream that quantised in it: each one's amax joins its history and
-    its next scale comes from the history. (~5 small launches per stream. Batching all streams into
-    stacked tensors, each stream holding a row, was tried on 2026-12-01 and the delayed jobs failed
-    on the H200, cause unknown: kept per stream, the way it ran there.)"""
+    its next scale comes from the history. (~5 small launches per stream. Computing all streams at
+    once in stacked tensors, each stream then holding a row, fails on the GPU: cuBLASLt refuses a
+    dequantisation scale that is a row of a larger tensor, CUBLAS_STATUS_NOT_SUPPORTED from
+    `_scaled_mm`, H200, 2026-12-01. Each stream keeps tensors of its own.)"""
     with torch.no_grad():
         for s in streams:
             s.history = torch.cat([s.amax_bits.view(torch.float32).reshape(1), s.history[:-1]])
