@@ -120,6 +120,37 @@ def gpu_run2_table(results: dict) -> Table:
                   "tokens/s": r["tokens_per_s"], "vs bf16": r["vs_bf16_call1"]} for k, r in rows.items())
 
 
+def gpu_run3_table(results: dict) -> Table:
+    """Run 3's training rows (global batch 32, micro batch 4/8/16, fresh machines per device call):
+    each FP8 row against the bf16 row measured on the same machine (README, "Precision")."""
+    return Table({"run": k, "micro batch": r["micro_batch"], "iterations": r["iters"], "call": r["call"],
+                  "step s": r["step_time_s"], "tokens/s": r["tokens_per_s"],
+                  # three decimals as text: 1.299 must not print as 1.3, the goal it missed
+                  "vs bf16 (same machine)": f"{r['vs_bf16_same_machine']:.3f}x" if "vs_bf16_same_machine" in r else "",
+                  "MFU (bf16 peak)": r["mfu_vs_bf16_peak"], "peak allocated GiB": r["max_allocated_bytes"] / 2**30,
+                  "planned GiB": r["planned_bytes"] / 2**30} for k, r in results["run3"]["training"].items())
+
+
+def plot_gpu_losses_200(results: dict, ax=None):
+    """Run 3's 200-iteration loss curves at micro batch 16 (bf16 and FP8 delayed), with their ratio."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 4))
+    curves = results["run3"]["losses_200"]
+    for name, losses in curves.items():
+        ax.plot(range(1, len(losses) + 1), losses, label=name, linewidth=1.2)
+    ratio = ax.twinx()
+    ratio.plot([f / b - 1 for f, b in zip(curves["fp8_delayed"], curves["bf16"])], color="grey", linewidth=0.8,
+               label="fp8 / bf16 - 1")
+    ratio.axhline(0, color="grey", linewidth=0.5)
+    ratio.set_ylabel("fp8 / bf16 - 1", color="grey")
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("training loss")
+    ax.set_title("1.4B GPT, global batch 32, micro batch 16: bf16 vs FP8 delayed")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right")
+    return ax
+
+
 def plot_gpu_losses(results: dict, ax=None):
     """The recorded loss curves of the H200 runs (bf16 and FP8 from the same initial weights)."""
     if ax is None:
