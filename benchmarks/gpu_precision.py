@@ -7,7 +7,9 @@ against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocatio
   2. training: bf16, fp8 tensorwise, fp8 delayed and fp8 rowwise jobs (helpers.launch.run) from the same
      initial weights on WikiText-2 (GPT-2 tokenizer): tokens/s, MFU over the dense bf16 peak,
      peak memory, loss curves and the relative gap of the final loss (mean of the last 10
-     iterations); the planner's peak next to the measured one;
+     iterations), the held-out losses (validation every 25 iterations, test after the last: the
+     comparison that memorising the small training text does not distort); the planner's peak next
+     to the measured one;
   3. recipes on real tensors: layer 0's GEMM operands captured from the bf16 run
      (KIT_CAPTURE_TENSORS), quantised by every recipe of helpers/precision/recipes.py (MXFP8 emulated).
 
@@ -44,6 +46,7 @@ from helpers.memory.vs_measured import peak_rows  # noqa: E402
 MODEL = dict(num_layers=24, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192,
              vocab_size=50304, max_seq_len=2048)
 SEQ = 2048
+EVAL_EVERY = 25  # held-out (validation) loss every 25 iterations; test loss after the last
 PEAK_BF16 = 989e12  # H100/H200 dense bf16, datasheet
 WARMUP = 3
 
@@ -156,6 +159,7 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
     run = launch.run(model="tiny-gpt", model_overrides=MODEL, seq_len=SEQ, micro_batch=micro, global_batch=gbs,
                      iters=iters, lr=3e-4, device="cuda", precision=precision, fp8_recipe=recipe,
                      data="wikitext", tokenizer="gpt2", seed_checkpoint=False, out=str(out / "runs"),
+                     eval_interval=EVAL_EVERY,
                      progress=False, timeout_s=420, env=env)
     timed = run.metrics[WARMUP:len(run.metrics) - (2 if profile else 0)] or run.metrics  # (profiled: slower)
     step = statistics.median(m["step_time_s"] for m in timed)
@@ -166,11 +170,19 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
     return {"precision": precision, "recipe": recipe if precision == "fp8" else None, "iters": iters,
             "global_batch": gbs, "micro_batch": micro, "step_time_s": step, "tokens_per_s": gbs * SEQ / step, **split,
             "mfu_vs_bf16_peak": mfu(gbs * SEQ / step, model, SEQ, PEAK_BF16), "losses": run.losses,
-            "final_loss_mean10": statistics.mean(run.losses[-10:]),
+            "final_loss_mean10": statistics.mean(run.losses[-10:]), **held_out(run.evaluations),
             "max_allocated_bytes": peaks["0"]["mem_max_allocated_bytes"],
             "planned_bytes": plan["planned"], "plan_error": plan["error"],
             "fp8_linears": next(c["evidence"].get("fp8_linears") for c in run.report["checks"] if c["name"] == "model"),
             "wall_s": time.time() - t0, "run_dir": str(run.path)}
+
+
+def held_out(evaluations: list[dict]) -> dict:
+    """The run's held-out losses (validation.jsonl): the validation curve [[iteration, loss], ...] and
+    the test loss after the last iteration. Unlike the training loss, they do not fall by
+    memorising the training text, which 200 iterations of global batch 32 pass over ~60 times."""
+    return {"validation": [[e["iteration"], e["loss"]] for e in evaluations if e["split"] == "valid"],
+            "test_loss": next((e["loss"] for e in evaluations if e["split"] == "test"), None)}
 
 
 def recipes_on(path: Path) -> dict:
@@ -244,12 +256,16 @@ def main():
         f = res.get(f"fp8_{recipe}", {})
         res.pop(f"speedup_{recipe}", None)  # a merged file's figures must not outlive a failed re-run
         res.pop(f"final_loss_gap_{recipe}", None)
+        res.pop(f"test_loss_gap_{recipe}", None)
         if "tokens_per_s" in b and "tokens_per_s" in f and b.get("micro_batch") == f.get("micro_batch"):
             res[f"speedup_{recipe}"] = f["tokens_per_s"] / b["tokens_per_s"]
             print(f"fp8 {recipe} / bf16: {res[f'speedup_{recipe}']:.3f}x tokens/s", flush=True)
             if b["iters"] == f["iters"]:  # final losses compare only at the same iteration
                 res[f"final_loss_gap_{recipe}"] = f["final_loss_mean10"] / b["final_loss_mean10"] - 1
                 print(f"fp8 {recipe}: final loss gap {res[f'final_loss_gap_{recipe}']:+.4%}", flush=True)
+                if f.get("test_loss") and b.get("test_loss"):
+                    res[f"test_loss_gap_{recipe}"] = f["test_loss"] / b["test_loss"] - 1
+                    print(f"fp8 {recipe}: test loss gap {res[f'test_loss_gap_{recipe}']:+.4%}", flush=True)
     r = res.get("fp8_rowwise", {})
     res.pop("speedup_rowwise", None)
     if "tokens_per_s" in b and "tokens_per_s" in r and b.get("micro_batch") == r.get("micro_batch"):
