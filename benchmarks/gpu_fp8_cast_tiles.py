@@ -65,13 +65,19 @@ def main():
         except Exception as e:  # a tile too large for shared memory fails to compile: keep the others
             out["us"][name] = {"error": str(e)[-500:]}
             print(name, "FAILED", str(e)[-300:], flush=True)
+    (args.out / "cast_tiles.json").write_text(json.dumps(out, indent=1))  # (kept if the summary fails)
+    per_value = {"delayed": 4, "tensorwise": 6}  # bytes: 2 read + 1 + 1 written; tensorwise reads x for its amax too
     for kind in casts:
-        ok = {n: r[f"{kind}_layer"] for n, r in out["us"].items() if "error" not in r and out["equal_to_default"][n]}
+        ok = {n: r[f"{kind}_layer"] for n, r in out["us"].items() if "error" not in r and out["equal_to_default"].get(n)}
+        if not ok:
+            print(f"{kind}: no tile ran", flush=True)
+            continue
         out[f"best_{kind}"] = min(ok, key=ok.get)
-        bytes_layer = sum(n * args.tokens * k * 4 for k, n in LAYER_MIX.items())  # 2 read + 1 + 1 written
+        bytes_layer = sum(n * args.tokens * k * per_value[kind] for k, n in LAYER_MIX.items())
         out[f"best_{kind}_tb_per_s"] = bytes_layer / (ok[out[f"best_{kind}"]] * 1e-6) / 1e12
+        base = ok.get("x".join(map(str, default)))
         print(f"best {kind}: {out[f'best_{kind}']} ({ok[out[f'best_{kind}']]:.0f} us per layer, "
-              f"{out[f'best_{kind}_tb_per_s']:.2f} TB/s; default {ok['x'.join(map(str, default))]:.0f} us)", flush=True)
+              f"{out[f'best_{kind}_tb_per_s']:.2f} TB/s; default {base or float('nan'):.0f} us)", flush=True)
     (args.out / "cast_tiles.json").write_text(json.dumps(out, indent=1))
 
 

@@ -23,7 +23,8 @@ its iterations take ~4.5 minutes per precision on an H200, so one 10-minute devi
 200-iteration run (plus the short ones): `--skip tensorwise,delayed,rowwise` (gemm, bf16, recipes),
 then `--skip gemm,bf16,delayed,rowwise,recipes --merge <that call's results.json>` (tensorwise), then
 `--skip gemm,bf16,tensorwise,recipes --merge ...` (delayed, rowwise); --merge keeps the earlier
-entries and compares against them.
+entries and compares against them: losses across calls, speed only between entries of the same
+machine (each device call may get another GPU; add a short bf16 run to a call for its speed-up).
 Each training row also has the host/device split of its steps (metrics.jsonl's fwd_bwd_issue_s and
 fwd_bwd_drain_s, medians): a drain near 0 means the host, not the GPU, sets the pace. --profile
 writes torch.profiler tables of each training run's last two iterations (DIR/profile_<run>.txt,
@@ -161,20 +162,39 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
                      data="wikitext", tokenizer="gpt2", seed_checkpoint=False, out=str(out / "runs"),
                      eval_interval=EVAL_EVERY,
                      progress=False, timeout_s=420, env=env)
-    timed = run.metrics[WARMUP:len(run.metrics) - (2 if profile else 0)] or run.metrics  # (profiled: slower)
+    timed = run.metrics[WARMUP:len(run.metrics) - (2 if profile else 0)]  # (the profiled two: slower)
+    if not timed:
+        raise ValueError(f"{iters} iterations leave no timed step after {WARMUP} warm-up ones"
+                         f"{' and 2 profiled ones' if profile else ''}: ask for more")
     step = statistics.median(m["step_time_s"] for m in timed)
     split = {k: statistics.median(m[k] for m in timed) for k in ("fwd_bwd_issue_s", "fwd_bwd_drain_s")}
     peaks = json.loads((run.path / "device_memory.json").read_text())
     plan = peak_rows(run.spec, peaks)[0]
     model = run.spec.model_preset()
     return {"precision": precision, "recipe": recipe if precision == "fp8" else None, "iters": iters,
-            "global_batch": gbs, "micro_batch": micro, "step_time_s": step, "tokens_per_s": gbs * SEQ / step, **split,
+            "global_batch": gbs, "micro_batch": micro, "machine": machine(), "step_time_s": step, "tokens_per_s": gbs * SEQ / step, **split,
             "mfu_vs_bf16_peak": mfu(gbs * SEQ / step, model, SEQ, PEAK_BF16), "losses": run.losses,
             "final_loss_mean10": statistics.mean(run.losses[-10:]), **held_out(run.evaluations),
             "max_allocated_bytes": peaks["0"]["mem_max_allocated_bytes"],
             "planned_bytes": plan["planned"], "plan_error": plan["error"],
             "fp8_linears": next(c["evidence"].get("fp8_linears") for c in run.report["checks"] if c["name"] == "model"),
             "wall_s": time.time() - t0, "run_dir": str(run.path)}
+
+
+def machine() -> str:
+    """Which GPU ran an entry: speed-ups compare runs on one machine only (bf16 alone varied 2.5%
+    between machines of the same kind in run 3; --merge joins entries of different device calls)."""
+    import socket
+
+    import torch
+    return f"{socket.gethostname()}/{torch.cuda.get_device_properties(0).uuid}"
+
+
+def comparable(a: dict, b: dict, *keys: str) -> bool:
+    """Entries of equal settings (entries made before micro_batch was recorded ran with 4); an
+    unrecorded machine matches none."""
+    old = {"micro_batch": 4}
+    return all(a.get(k, old.get(k)) == b.get(k, old.get(k)) is not None for k in keys)
 
 
 def held_out(evaluations: list[dict]) -> dict:
@@ -216,6 +236,7 @@ def main():
     import torch
 
     from helpers.precision import hardware
+    args.out = args.out.resolve()  # the jobs run in the repository root: profile paths must not be relative
     args.out.mkdir(parents=True, exist_ok=True)
     skip = set(args.skip.split(","))
     res = json.loads(args.merge.read_text()) if args.merge else {}
@@ -245,8 +266,8 @@ def main():
     batches = (args.global_batch, args.micro_batch, args.out)
     profile = (lambda key: args.out / f"profile_{key}.txt") if args.profile else (lambda key: None)
     if "bf16" not in skip:
-        attempt("bf16", train, "bf16", "tensorwise", args.iters, *batches, capture=args.iters // 2,
-                profile=profile("bf16"))
+        attempt("bf16", train, "bf16", "tensorwise", args.iters, *batches,
+                capture=args.iters // 2 if "recipes" not in skip else None, profile=profile("bf16"))
     for recipe in ("tensorwise", "delayed", "rowwise"):
         iters = args.rowwise_iters if recipe == "rowwise" else args.iters
         if recipe not in skip and iters:
@@ -257,18 +278,20 @@ def main():
         res.pop(f"speedup_{recipe}", None)  # a merged file's figures must not outlive a failed re-run
         res.pop(f"final_loss_gap_{recipe}", None)
         res.pop(f"test_loss_gap_{recipe}", None)
-        if "tokens_per_s" in b and "tokens_per_s" in f and b.get("micro_batch") == f.get("micro_batch"):
+        if "tokens_per_s" not in b or "tokens_per_s" not in f:
+            continue
+        if comparable(b, f, "micro_batch", "global_batch", "machine"):  # speed: same layout, same GPU
             res[f"speedup_{recipe}"] = f["tokens_per_s"] / b["tokens_per_s"]
             print(f"fp8 {recipe} / bf16: {res[f'speedup_{recipe}']:.3f}x tokens/s", flush=True)
-            if b["iters"] == f["iters"]:  # final losses compare only at the same iteration
-                res[f"final_loss_gap_{recipe}"] = f["final_loss_mean10"] / b["final_loss_mean10"] - 1
-                print(f"fp8 {recipe}: final loss gap {res[f'final_loss_gap_{recipe}']:+.4%}", flush=True)
-                if f.get("test_loss") and b.get("test_loss"):
-                    res[f"test_loss_gap_{recipe}"] = f["test_loss"] / b["test_loss"] - 1
-                    print(f"fp8 {recipe}: test loss gap {res[f'test_loss_gap_{recipe}']:+.4%}", flush=True)
+        if comparable(b, f, "iters", "global_batch"):  # loss: same tokens seen (micro batch does not matter)
+            res[f"final_loss_gap_{recipe}"] = f["final_loss_mean10"] / b["final_loss_mean10"] - 1
+            print(f"fp8 {recipe}: final loss gap {res[f'final_loss_gap_{recipe}']:+.4%}", flush=True)
+            if f.get("test_loss") and b.get("test_loss"):
+                res[f"test_loss_gap_{recipe}"] = f["test_loss"] / b["test_loss"] - 1
+                print(f"fp8 {recipe}: test loss gap {res[f'test_loss_gap_{recipe}']:+.4%}", flush=True)
     r = res.get("fp8_rowwise", {})
     res.pop("speedup_rowwise", None)
-    if "tokens_per_s" in b and "tokens_per_s" in r and b.get("micro_batch") == r.get("micro_batch"):
+    if "tokens_per_s" in b and "tokens_per_s" in r and comparable(b, r, "micro_batch", "global_batch", "machine"):
         res["speedup_rowwise"] = r["tokens_per_s"] / b["tokens_per_s"]
         print(f"fp8 rowwise / bf16: {res['speedup_rowwise']:.3f}x tokens/s", flush=True)
     captured = Path(b.get("run_dir", "")) / "linear_tensors.pt"

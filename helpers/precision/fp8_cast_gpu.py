@@ -33,10 +33,10 @@ import triton.language as tl
 
 # (BLOCK_M, BLOCK_K, warps) per kernel: a tile of BLOCK_M rows of BLOCK_K values per program.
 # benchmarks/gpu_fp8_cast_tiles.py on the H200 (2026-12-01, the 1.4B GPT's operands at micro batch
-# 16) timed the delayed cast 7% faster alone with 64 x 64 tiles (1349 us per layer against 1456),
-# but training steps did not get faster with them (tensorwise 0.858 s against 0.861 s; delayed
-# 0.883 s over 200 iterations against 0.852 s over 12; other machines of the same kind, README
-# "Precision", run 3): 64 x 128 stays, the tile of the fastest step measured.
+# 16) timed the delayed cast 7% faster alone with 64 x 64 tiles (1349 us per layer against 1456)
+# and the current-scaling cast 2% slower; the training steps with 64 x 64 ran on other machines
+# (and the delayed one over 200 iterations, not 12), so they do not decide it (README "Precision",
+# run 3): 64 x 128 stays, the tile of the fastest step measured, until a same-machine A/B.
 SCALE_CAST_TILE = (64, 128, 4)
 DELAYED_CAST_TILE = (64, 128, 4)
 PER_TENSOR, PER_ROW, PER_COLUMN = 0, 1, 2

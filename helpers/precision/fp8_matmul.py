@@ -142,7 +142,7 @@ class DelayedStream:
 
 def advance(streams) -> None:
     """End of a step, for every stream that quantised in it: each one's amax joins its history and
-    its next scale comes from the history. (~5 small launches per stream. Computing all streams at
+    its next scale comes from the history. (~7 small launches per stream. Computing all streams at
     once in stacked tensors, each stream then holding a row, fails on the GPU: cuBLASLt refuses a
     dequantisation scale that is a row of a larger tensor, CUBLAS_STATUS_NOT_SUPPORTED from
     `_scaled_mm`, H200, 2026-12-01. Each stream keeps tensors of its own.)"""

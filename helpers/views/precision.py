@@ -136,18 +136,20 @@ def plot_gpu_losses_200(results: dict, ax=None):
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4))
     curves = results["run3"]["losses_200"]
+    iterations = range(1, len(curves["bf16"]) + 1)
     for name, losses in curves.items():
-        ax.plot(range(1, len(losses) + 1), losses, label=name, linewidth=1.2)
+        ax.plot(iterations, losses, label=name, linewidth=1.2)
     ratio = ax.twinx()
-    ratio.plot([f / b - 1 for f, b in zip(curves["fp8_delayed"], curves["bf16"])], color="grey", linewidth=0.8,
-               label="fp8 / bf16 - 1")
+    ratio.plot(iterations, [f / b - 1 for f, b in zip(curves["fp8_delayed"], curves["bf16"])], color="grey",
+               linewidth=0.8, label="fp8 / bf16 - 1 (right axis)")
     ratio.axhline(0, color="grey", linewidth=0.5)
     ratio.set_ylabel("fp8 / bf16 - 1", color="grey")
     ax.set_xlabel("iteration")
     ax.set_ylabel("training loss")
     ax.set_title("1.4B GPT, global batch 32, micro batch 16: bf16 vs FP8 delayed")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper right")
+    lines = ax.get_legend_handles_labels(), ratio.get_legend_handles_labels()
+    ax.legend(lines[0][0] + lines[1][0], lines[0][1] + lines[1][1], loc="upper right")
     return ax
 
 

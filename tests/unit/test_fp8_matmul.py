@@ -187,9 +187,8 @@ def test_a_failed_step_and_evaluation_leave_the_histories_alone_and_delayed_need
 
 
 def test_streams_advance_together_each_by_its_own_history_and_format():
-    """training_step() advances every stream that quantised in one batch per format (stacked
-    tensors, each stream a row of them): each still gets max / (its own largest amax), with its
-    format's max, and its own amax counter."""
+    """training_step() advances every stream that quantised in the step, and only those: each gets
+    max / (its own largest amax), with its format's max, and a fresh amax counter of its own."""
     streams = [fp8_matmul.DelayedStream(fmt) for fmt in ("e4m3", "e5m2", "e4m3")]
     tensors = [torch.randn(16, 32).to(torch.bfloat16) * k for k in (1.0, 3.0, 0.25)]
     with fp8_matmul.training_step():
