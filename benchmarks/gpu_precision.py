@@ -273,7 +273,7 @@ def main():
         if recipe not in skip and iters:
             attempt(f"fp8_{recipe}", train, "fp8", recipe, iters, *batches, profile=profile(f"fp8_{recipe}"))
     b = res.get("bf16", {})
-    for recipe in ("tensorwise", "delayed"):
+    for recipe in ("tensorwise", "delayed", "rowwise"):  # (rowwise: a shorter run, so its loss gap only at equal iterations)
         f = res.get(f"fp8_{recipe}", {})
         res.pop(f"speedup_{recipe}", None)  # a merged file's figures must not outlive a failed re-run
         res.pop(f"final_loss_gap_{recipe}", None)
@@ -289,11 +289,6 @@ def main():
             if f.get("test_loss") and b.get("test_loss"):
                 res[f"test_loss_gap_{recipe}"] = f["test_loss"] / b["test_loss"] - 1
                 print(f"fp8 {recipe}: test loss gap {res[f'test_loss_gap_{recipe}']:+.4%}", flush=True)
-    r = res.get("fp8_rowwise", {})
-    res.pop("speedup_rowwise", None)
-    if "tokens_per_s" in b and "tokens_per_s" in r and comparable(b, r, "micro_batch", "global_batch", "machine"):
-        res["speedup_rowwise"] = r["tokens_per_s"] / b["tokens_per_s"]
-        print(f"fp8 rowwise / bf16: {res['speedup_rowwise']:.3f}x tokens/s", flush=True)
     captured = Path(b.get("run_dir", "")) / "linear_tensors.pt"
     if "recipes" not in skip and captured.exists():
         attempt("recipes_on_layer0", recipes_on, captured)
