@@ -102,8 +102,8 @@ class DelayedStream:
     outgrows the history saturates at the format's max. The first step has no history and scales
     each tensor by its own amax (current scaling; Transformer Engine starts from scale 1 instead,
     which would flush most of a first step's gradients to zero). The state is not checkpointed:
-    a resumed run starts its histories again. The scale and its inverse are replaced, never
-    changed in place, so a backward pass still holds the forward's."""
+    a resumed run starts its histories again. The scale and its inverse change in place only when
+    a step ends (advance), after the step's backward passes have used the forward's."""
 
     def __init__(self, fmt: str):
         self.fmt = fmt
@@ -114,7 +114,8 @@ class DelayedStream:
 
     def quantize(self, x: torch.Tensor, plain: bool = True, transposed: bool = False):
         """(row-major FP8 or None, transposed FP8 or None, dequantisation multiplier) of a matrix.
-        Only a training step's amaxes are recorded (inside training_step(); an evaluation pass
+        The multiplier is the stream's own tensor, valid until the step ends (advance updates it
+        in place). Only a training step's amaxes are recorded (inside training_step(); an evaluation pass
         between steps quantises with the current scale and leaves the history alone)."""
         f = formats.get(self.fmt)
         if self.history is None:
@@ -142,18 +143,35 @@ class DelayedStream:
 
 def advance(streams) -> None:
     """End of a step, for every stream that quantised in it: each one's amax joins its history and
-    its next scale comes from the history. (~7 small launches per stream. Computing all streams at
-    once in stacked tensors, each stream then holding a row, fails on the GPU: cuBLASLt refuses a
-    dequantisation scale that is a row of a larger tensor, CUBLAS_STATUS_NOT_SUPPORTED from
-    `_scaled_mm`, H200, 2026-12-01. Each stream keeps tensors of its own.)"""
+    its next scale comes from the history. Computed for all streams of a format at once (stacked),
+    then copied back into each stream's own tensors with multi-tensor copies: ~15 launches per step
+    instead of ~7 per stream (1,344 for the 1.4B GPT's 192 streams). Those many tiny launches came
+    when the launch queue was full of the backward's kernels, so the host sat blocked in them until
+    the GPU had nearly finished (the step's fwd_bwd_drain_s read ~0, as if host-bound); the step
+    itself was not slower for it (the same GPU, 2026-12-02, measured together with a since-removed
+    pre-quantisation of the weights: 0.1% faster, losses bit for bit equal; docs/precision_gpu_results.json
+    run4). Each stream keeps tensors of its own:
+    cuBLASLt refuses a dequantisation scale that is a row of a larger tensor
+    (CUBLAS_STATUS_NOT_SUPPORTED from `_scaled_mm`, H200, 2026-12-01). They are updated in place,
+    after every backward pass of the step has run."""
+    groups: dict = {}
+    for s in streams:
+        groups.setdefault(s.fmt, []).append(s)
     with torch.no_grad():
-        for s in streams:
-            s.history = torch.cat([s.amax_bits.view(torch.float32).reshape(1), s.history[:-1]])
-            top = s.history.max()
-            s.scale = torch.where(top > 0, formats.get(s.fmt).max / top, torch.ones_like(top))
-            s.inverse = 1.0 / s.scale
-            s.amax_bits = torch.zeros_like(s.amax_bits)
-            s.ready = True
+        for fmt, group in groups.items():
+            amax = torch.stack([s.amax_bits for s in group]).view(torch.float32)  # [n]
+            history = torch.cat([amax[:, None], torch.stack([s.history for s in group])[:, :-1]], dim=1)
+            top = history.amax(dim=1)
+            scale = torch.where(top > 0, formats.get(fmt).max / top, torch.ones_like(top))
+            inverse = 1.0 / scale
+            for s in group:
+                if s.scale is None:  # the first step's end: the stream's scale tensors are made
+                    s.scale, s.inverse = torch.empty_like(top[0]), torch.empty_like(top[0])
+                s.ready = True
+            torch._foreach_copy_([s.history for s in group], list(history.unbind(0)))
+            torch._foreach_copy_([s.scale for s in group], list(scale.unbind(0)))
+            torch._foreach_copy_([s.inverse for s in group], list(inverse.unbind(0)))
+            torch._foreach_zero_([s.amax_bits for s in group])
 
 
 class DelayedStreams:

@@ -156,6 +156,7 @@ def test_a_delayed_stream_saturates_when_the_tensor_outgrows_its_history_then_fo
         stream.quantize(a)
     with fp8_matmul.training_step():
         q, _, inverse = stream.quantize(a * 4)  # 4x the history's amax: its top quarter clips at 448
+        inverse = inverse.clone()  # the stream's own tensor, which the step's end updates in place
     assert float(q.float().abs().max()) == 448.0 and int((q.float().abs() == 448).sum()) > 1
     assert torch.equal(inverse, 1.0 / (448.0 / amax))
     assert stream.history[0] == 4 * amax and torch.equal(stream.scale, 448.0 / (4 * amax))
@@ -174,7 +175,7 @@ def test_a_failed_step_and_evaluation_leave_the_histories_alone_and_delayed_need
     assert int(stream.amax_bits) == 0  # the failed step's amax is forgotten, not folded into the next
     with fp8_matmul.training_step():
         stream.quantize(torch.ones(16, 16, dtype=torch.bfloat16))
-    history, scale = stream.history.clone(), stream.scale
+    history, scale = stream.history.clone(), stream.scale.clone()
     q, _, _ = stream.quantize(torch.full((16, 16), 8.0, dtype=torch.bfloat16))  # evaluation, between steps
     assert float(q.float().max()) == 448.0  # quantised with the step's scale (amax 1: saturates)
     assert int(stream.amax_bits) == 0 and not fp8_matmul._streams_used  # ...and not recorded
@@ -202,7 +203,12 @@ def test_streams_advance_together_each_by_its_own_history_and_format():
         assert torch.equal(s.history[:2], torch.stack([amax * 0.5, amax])) and float(s.history[2:].sum()) == 0
         assert torch.equal(s.scale, formats.get(s.fmt).max / amax) and torch.equal(s.inverse, 1.0 / s.scale)
         assert int(s.amax_bits) == 0
+    # computed stacked, kept apart: cuBLASLt takes no scale that is a view into a larger tensor
+    scales = [t for s in streams for t in (s.scale, s.inverse)]
+    assert all(t._base is None and t.dim() == 0 for t in scales)
+    assert len({t.untyped_storage().data_ptr() for t in scales}) == len(scales)
     with fp8_matmul.training_step():
         streams[0].quantize(tensors[0] * 8)  # only this stream quantises (and so advances)
     assert streams[0].history[0] == tensors[0].float().abs().max() * 8
     assert streams[2].history[0] == tensors[2].float().abs().max() * 0.5  # untouched
+
