@@ -224,9 +224,10 @@ def exit_without_teardown() -> None:
     """Every file of the run is written and closed (each written to a temporary name and renamed).
     Skip the interpreter's teardown of torch and Megatron-Core, which takes ~1 s per process on two
     cores before torchrun can notice the exit (minutes across the suite's few hundred jobs). What
-    that teardown would have done and still must be done: stop this process's children — the
-    checkpoint writer processes that Megatron's dist_checkpointing keeps between saves (left alone,
-    they outlive the job, ~300 MB each) — and flush the output streams."""
+    that teardown would have done and still must be done: stop this process's multiprocessing
+    children, if any (left alone, they outlive the job; dist_checkpointing's spawned write-results
+    server was one, ~300 MB, until checkpoint/io.py gave the writer an in-process queue), and flush
+    the output streams. torchrun's agent skips its teardown too (launch/torchrun_main.py)."""
     import multiprocessing
 
     for child in multiprocessing.active_children():
