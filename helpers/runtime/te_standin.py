@@ -93,12 +93,19 @@ def _registered(modules: dict[str, types.ModuleType]):
 def import_auto_bridge(architectures=()):
     """`megatron.bridge.AutoBridge`, imported with the TE stand-in when TE is absent; with the bridges
     of `architectures` only, where bridge_import.py knows their modules (else all of Bridge)."""
+    from helpers.runtime import import_phase
+
+    if "megatron.core" not in sys.modules:
+        raise RuntimeError("import megatron.core before Megatron-Bridge (the TE stand-in relies on it)")
+    with import_phase.without_gc():  # ~2-9 s of imports (bridge_import.py)
+        return _auto_bridge(architectures)
+
+
+def _auto_bridge(architectures):
     import logging
 
     from helpers.runtime import bridge_import
 
-    if "megatron.core" not in sys.modules:
-        raise RuntimeError("import megatron.core before Megatron-Bridge (the TE stand-in relies on it)")
     if te_installed():
         return bridge_import.auto_bridge(architectures)
     for name in PREIMPORT:

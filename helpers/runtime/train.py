@@ -13,6 +13,7 @@ from pathlib import Path
 
 from helpers.job.spec import JobSpec
 from helpers.rundir import names, writer
+from helpers.runtime import import_phase
 
 # The Megatron-Core side of the worker is imported inside the functions, after main() knows the
 # job's device: on CPU, megatron.core is imported without torch.compile (cpu_compat.py says why).
@@ -207,9 +208,12 @@ def main() -> None:
     writer.redirect_output(args.run_dir, rank)
     spec = JobSpec.read(args.run_dir / names.SPEC)
     try:
-        if spec.device == "cpu":
-            from helpers.runtime import cpu_compat
-            cpu_compat.import_megatron_eagerly()
+        with import_phase.without_gc():  # the heavy imports every rank makes, with the collector paused
+            if spec.device == "cpu":
+                from helpers.runtime import cpu_compat
+                cpu_compat.import_megatron_eagerly()
+            import megatron.core  # noqa: F401  (on GPU with torch.compile, as Megatron-Core binds it)
+            import torch._dynamo  # noqa: F401  (torch.optim imports it when the first optimizer is built)
         train(args.run_dir, spec, args.seed_checkpoint_out)
     except BaseException as exc:
         from helpers.runtime.measure.comm_log import in_flight
