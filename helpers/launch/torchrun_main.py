@@ -6,7 +6,8 @@ Why: once torchrun's main() has returned, every rank has exited, the exit barrie
 the rendezvous is shut down; what is left is Python freeing torch's modules, ~0.9 s on the 2-core
 machine. The runner waits for the agent's exit code, so that second sat on every job's critical
 path (the ranks skip the same teardown: runtime/train.py, exit_without_teardown). torch is
-imported with the garbage collector paused, as the ranks import it (runtime/import_phase.py)."""
+imported with the garbage collector paused and its objects frozen, as the ranks import it
+(runtime/import_phase.py)."""
 from __future__ import annotations
 
 import gc
@@ -17,8 +18,9 @@ import traceback
 
 
 def main() -> None:
-    gc.disable()  # torch's import with the collector paused (~0.3 s less; helpers/runtime/import_phase.py)
+    gc.disable()  # torch's import with the collector paused, its objects then frozen (runtime/import_phase.py)
     from torch.distributed.run import main as torchrun
+    gc.freeze()
     gc.enable()
 
     try:

@@ -208,7 +208,7 @@ def main() -> None:
     writer.redirect_output(args.run_dir, rank)
     spec = JobSpec.read(args.run_dir / names.SPEC)
     try:
-        with import_phase.without_gc():  # the heavy imports every rank makes, with the collector paused
+        with import_phase.without_gc():  # the heavy imports every rank makes: collector paused, then frozen
             if spec.device == "cpu":
                 from helpers.runtime import cpu_compat
                 cpu_compat.import_megatron_eagerly()
