@@ -5,8 +5,9 @@
     run = launch.simulate(nnodes=2, tp=2, nproc=4)  # two simulated nodes on one machine
 
 runner.py (checks + run directory + run), torchrun.py (command, environment, watch, kill),
-multinode.py (N agents; `prepare` for real nodes), probe.py (process groups only), cli.py
-(`python -m helpers` / `python -m helpers.launch`), envcheck.py (what this machine offers)."""
+torchrun_main.py (torchrun without the interpreter's teardown), multinode.py (N agents; `prepare`
+for real nodes), probe.py (process groups only), cli.py (`python -m helpers` /
+`python -m helpers.launch`), envcheck.py (what this machine offers)."""
 from helpers.errors import InvalidJob, JobFailed, JobTimeout
 from helpers.job.spec import JobSpec
 from helpers.launch.multinode import simulate

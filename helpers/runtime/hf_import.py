@@ -26,9 +26,11 @@ def open_bridge(folder: str):
     """Megatron-Bridge's AutoBridge for a local HF folder; never touches the network."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    from helpers.job import hf_model
     from helpers.runtime import te_standin
 
-    return te_standin.import_auto_bridge().from_hf_pretrained(folder)
+    architectures = hf_model.read_config(folder).get("architectures") or ()
+    return te_standin.import_auto_bridge(architectures).from_hf_pretrained(folder)
 
 
 def provider_config(bridge, spec: JobSpec, on_cpu: bool, bf16: bool):

@@ -16,6 +16,7 @@ How it stays harmless (measured for megatron-bridge 0.6.2 / megatron-core 0.19.2
     `can_enable_gradient_accumulation_fusion`) see no TE. Bridge modules that cached HAVE_TE=True
     during the import only choose TE layer specs, which the kit never uses (hf_import.py builds its own).
   * with a real TE installed it does nothing.
+Which of Bridge's modules are imported at all: bridge_import.py (the job's architecture only).
 
 `modelopt_standin()` does the same for the one name `save_hf_pretrained` imports from nvidia-modelopt
 (`modelopt.torch.quantization.utils.is_quantized`), around the export call only."""
@@ -89,15 +90,24 @@ def _registered(modules: dict[str, types.ModuleType]):
                 del sys.modules[name]
 
 
-def import_auto_bridge():
-    """`megatron.bridge.AutoBridge`, imported with the TE stand-in when TE is absent."""
-    import logging
+def import_auto_bridge(architectures=()):
+    """`megatron.bridge.AutoBridge`, imported with the TE stand-in when TE is absent; with the bridges
+    of `architectures` only, where bridge_import.py knows their modules (else all of Bridge)."""
+    from helpers.runtime import import_phase
 
     if "megatron.core" not in sys.modules:
         raise RuntimeError("import megatron.core before Megatron-Bridge (the TE stand-in relies on it)")
-    if te_installed() or "megatron.bridge" in sys.modules:
-        from megatron.bridge import AutoBridge
-        return AutoBridge
+    with import_phase.without_gc():  # ~2-9 s of imports (bridge_import.py)
+        return _auto_bridge(architectures)
+
+
+def _auto_bridge(architectures):
+    import logging
+
+    from helpers.runtime import bridge_import
+
+    if te_installed():
+        return bridge_import.auto_bridge(architectures)
     for name in PREIMPORT:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
@@ -106,11 +116,10 @@ def import_auto_bridge():
     previous = logging.root.manager.disable
     logging.disable(logging.INFO)  # Bridge logs a traceback at INFO for each TE name it probes
     try:
-        with _registered(_te_modules()):
-            from megatron.bridge import AutoBridge
+        with _registered(_te_modules()):  # (again for a second architecture: every step is idempotent)
+            return bridge_import.auto_bridge(architectures)
     finally:
         logging.disable(previous)
-    return AutoBridge
 
 
 @contextlib.contextmanager

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from helpers.job.spec import JobSpec
 from helpers.rundir import names, writer
+from helpers.runtime import import_phase
 
 # The Megatron-Core side of the worker is imported inside the functions, after main() knows the
 # job's device: on CPU, megatron.core is imported without torch.compile (cpu_compat.py says why).
@@ -207,9 +208,12 @@ def main() -> None:
     writer.redirect_output(args.run_dir, rank)
     spec = JobSpec.read(args.run_dir / names.SPEC)
     try:
-        if spec.device == "cpu":
-            from helpers.runtime import cpu_compat
-            cpu_compat.import_megatron_eagerly()
+        with import_phase.without_gc():  # the heavy imports every rank makes: collector paused, then frozen
+            if spec.device == "cpu":
+                from helpers.runtime import cpu_compat
+                cpu_compat.import_megatron_eagerly()
+            import megatron.core  # noqa: F401  (on GPU with torch.compile, as Megatron-Core binds it)
+            import torch._dynamo  # noqa: F401  (torch.optim imports it when the first optimizer is built)
         train(args.run_dir, spec, args.seed_checkpoint_out)
     except BaseException as exc:
         from helpers.runtime.measure.comm_log import in_flight
@@ -224,9 +228,10 @@ def exit_without_teardown() -> None:
     """Every file of the run is written and closed (each written to a temporary name and renamed).
     Skip the interpreter's teardown of torch and Megatron-Core, which takes ~1 s per process on two
     cores before torchrun can notice the exit (minutes across the suite's few hundred jobs). What
-    that teardown would have done and still must be done: stop this process's children — the
-    checkpoint writer processes that Megatron's dist_checkpointing keeps between saves (left alone,
-    they outlive the job, ~300 MB each) — and flush the output streams."""
+    that teardown would have done and still must be done: stop this process's multiprocessing
+    children, if any (left alone, they outlive the job; dist_checkpointing's spawned write-results
+    server was one, ~300 MB, until checkpoint/io.py gave the writer an in-process queue), and flush
+    the output streams. torchrun's agent skips its teardown too (launch/torchrun_main.py)."""
     import multiprocessing
 
     for child in multiprocessing.active_children():

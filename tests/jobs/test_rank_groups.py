@@ -6,7 +6,10 @@ stopped right after `initialize_model_parallel` (no model, no data, no training;
 Cost on a 2-core CPU is the process start, so layouts use as few processes as show the axis. The
 16-process layout (dense TP2 PP2 CP2 DP2, experts ETP1 EP4 EDP2) is checked rank by rank in
 notebooks/08_process_groups_5d.ipynb, which trains it; every layout here also trains somewhere in the
-suite (tests/jobs, notebooks 02-08). 12 layouts."""
+suite (tests/jobs, notebooks 02-08). 12 layouts, probed two at a time (one module fixture): a probe
+is mostly process start, one core's work for much of it, and two side by side fill both cores."""
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
 from helpers.job.layout import Layout
@@ -33,10 +36,32 @@ def _name(model, sizes):
     return model + "-" + ("-".join(f"{k}{v}" for k, v in sizes.items()) or "single")
 
 
+def _layout(model, sizes):
+    return Layout.of(JobSpec(model=model, micro_batch=1, **sizes))
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """{layout name: the probe's RunDir, or the exception it raised}, every layout probed once."""
+    outs = [str(tmp_path_factory.mktemp(_name(m, s))) for m, s in LAYOUTS]
+
+    def one(i):
+        model, sizes = LAYOUTS[i]
+        try:
+            return probe.live_groups(_layout(model, sizes), model=model, out=outs[i])
+        except Exception as e:  # raised again by that layout's own test
+            return e
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return dict(zip([_name(m, s) for m, s in LAYOUTS], pool.map(one, range(len(LAYOUTS)))))
+
+
 @pytest.mark.parametrize("model, sizes", LAYOUTS, ids=[_name(m, s) for m, s in LAYOUTS])
-def test_predicted_groups_equal_live_groups(model, sizes, tmp_path):
-    layout = Layout.of(JobSpec(model=model, micro_batch=1, **sizes))
-    run = probe.live_groups(layout, model=model, out=str(tmp_path))
+def test_predicted_groups_equal_live_groups(model, sizes, live):
+    layout = _layout(model, sizes)
+    run = live[_name(model, sizes)]
+    if isinstance(run, Exception):
+        raise run
     assert sorted(run.groups) == list(range(layout.world_size))
     assert probe.mismatches(layout, run.groups) == []
     assert not run.metrics  # no model was built, nothing trained

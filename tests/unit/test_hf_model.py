@@ -82,14 +82,17 @@ from helpers.runtime import cpu_compat
 cpu_compat.import_megatron_eagerly()
 import sys, megatron.core
 from helpers.runtime import te_standin
-te_standin.import_auto_bridge()
+te_standin.{call}
 from megatron.bridge.utils.fusions import can_enable_gradient_accumulation_fusion
 flags = sorted(n for n, m in list(sys.modules.items()) if n.startswith("megatron.core") and getattr(m, "HAVE_TE", None) is True)
 print(flags, "transformer_engine" in sys.modules, can_enable_gradient_accumulation_fusion())
 """
 
 
-def test_bridge_imports_and_megatron_core_still_sees_no_te():
-    out = subprocess.run([sys.executable, "-c", STANDIN_CHECK], capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("call", ["import_auto_bridge()", "import_auto_bridge(['LlamaForCausalLM'])"],
+                         ids=["every-bridge", "one-architecture"])  # the second: helpers/runtime/bridge_import.py
+def test_bridge_imports_and_megatron_core_still_sees_no_te(call):
+    out = subprocess.run([sys.executable, "-c", STANDIN_CHECK.format(call=call)], capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[] False False"

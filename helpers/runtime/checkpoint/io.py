@@ -9,6 +9,7 @@ world-size-1 job builds the model once and saves it; every layout loads it and
 from __future__ import annotations
 
 import os
+import queue
 import random
 import shutil
 from pathlib import Path
@@ -26,6 +27,22 @@ from helpers.runtime.checkpoint import megatron_0_19
 MARKER = checkpoint_dir.SEED_MARKER  # written last: a folder without it is an interrupted save
 
 
+def _write_results_in_process() -> None:
+    """Megatron's torch_dist writer hands each rank's write results back through a queue it makes
+    on first use: a multiprocessing Manager queue in the 'spawn' context, i.e. a server process
+    that starts a fresh interpreter (~3.7 s before the first save of every saving rank on the
+    2-core machine, the same again for the resource tracker). That queue exists for asynchronous
+    saves, whose writer runs in another process. The kit saves synchronously
+    (`dist_checkpointing.save`): the writer runs in this process and puts its results into the
+    queue just before this process takes them out (`execute_sync`, then `retrieve_write_results`),
+    so an in-process queue carries the same results with no extra process. (A 'fork' Manager was
+    tried and reverted: commit 4dfbc64.)"""
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    if filesystem_async._results_queue is None:
+        filesystem_async._results_queue = queue.Queue()
+
+
 def save_model(chunks: list[torch.nn.Module], path: Path) -> None:
     """Save the model alone (one chunk: used at world size 1 for the seed checkpoint)."""
     path = Path(path)
@@ -33,6 +50,7 @@ def save_model(chunks: list[torch.nn.Module], path: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     assert len(chunks) == 1, "seed checkpoints are written at world size 1 without VPP"
+    _write_results_in_process()
     dist_checkpointing.save({"model0": unwrap(chunks[0]).sharded_state_dict()}, str(tmp))
     (tmp / MARKER).write_text("ok\n")
     if path.exists():  # another job finished the same seed checkpoint first: keep theirs
@@ -125,6 +143,7 @@ def save(root: Path, iteration: int, model: list, opt, spec, model_desc, beat, e
     state["iteration"] = iteration
     state["rng_state"] = _rng_object(rank, dist.get_world_size(), _rng_state())
     # verify_integrity: rank 0 writes integrity.json (SHA-256 of every file) after all ranks wrote.
+    _write_results_in_process()
     dist_checkpointing.save(state, str(path), verify_integrity=True)
     beat(f"checkpoint save: waiting for every rank ({path.name})", iteration)
     dist.barrier()

@@ -1,0 +1,45 @@
+"""`python -m helpers.launch.torchrun_main ARGS` is torchrun (`python -m torch.distributed.run
+ARGS`): the same main(), arguments, output and exit code, then `os._exit` instead of the
+interpreter's teardown.
+
+Why: once torchrun's main() has returned, every rank has exited, the exit barrier is passed and
+the rendezvous is shut down; what is left is Python freeing torch's modules, ~0.9 s on the 2-core
+machine. The runner waits for the agent's exit code, so that second sat on every job's critical
+path (the ranks skip the same teardown: runtime/train.py, exit_without_teardown). torch is
+imported with the garbage collector paused and its objects frozen, as the ranks import it
+(runtime/import_phase.py)."""
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import sys
+import traceback
+
+
+def main() -> None:
+    gc.disable()  # torch's import with the collector paused, its objects then frozen (runtime/import_phase.py)
+    from torch.distributed.run import main as torchrun
+    gc.freeze()
+    gc.enable()
+
+    try:
+        torchrun()
+        code = 0
+    except SystemExit as e:  # argparse and torchrun's own exits
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except BaseException:  # what the interpreter does with an uncaught error: traceback, exit code 1
+        traceback.print_exc()  # (a failed rank: torchrun's ChildFailedError summary, read by failure_message)
+        code = 1
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main()

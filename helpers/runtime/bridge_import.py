@@ -1,0 +1,65 @@
+"""Megatron-Bridge's AutoBridge with only the model bridges a job needs.
+
+`import megatron.bridge` runs two package `__init__`s (`megatron.bridge`, `megatron.bridge.models`)
+that import every model bridge Bridge ships, diffusion, Gemma, Bailing, speech and vision models
+included (~270 modules): 8.7 s in every rank of an HF job on the 2-core machine, where the job
+needs AutoBridge and the bridge of its own architecture (~2.4 s, mostly transformers). A bridge
+registers itself when its module is imported (`MegatronModelBridge.register_bridge`), so importing
+that one module registers it exactly as the full import does.
+
+For the architectures in BRIDGE_MODULES the two packages are entered bare (the package object with
+its `__path__`, its `__init__` not run), then AutoBridge and the bridge module are imported as
+usual. Any other architecture gets the full import. Call it inside te_standin's stand-in, as
+`te_standin.import_auto_bridge(architectures)` does."""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+
+# config.json "architectures" -> the module that registers its bridge (megatron-bridge 0.6.2): the
+# families of the kit's tiny models (helpers/launch/tiny_hf.py) and the lessons.
+BRIDGE_MODULES = {
+    "LlamaForCausalLM": "megatron.bridge.models.llama.llama_bridge",
+    "Qwen3ForCausalLM": "megatron.bridge.models.qwen.qwen3_bridge",
+    "Qwen3MoeForCausalLM": "megatron.bridge.models.qwen.qwen3_moe_bridge",
+    "DeepseekV2ForCausalLM": "megatron.bridge.models.deepseek.deepseek_v2_bridge",
+    "NemotronHForCausalLM": "megatron.bridge.models.nemotronh.nemotron_h_bridge",
+}
+PACKAGES = ("megatron.bridge", "megatron.bridge.models")  # their __init__ imports every bridge
+BARE = "__kit_bare_package__"
+
+
+def _enter_bare(name: str) -> None:
+    spec = importlib.util.find_spec(name)  # the parent is already in sys.modules: nothing runs
+    module = importlib.util.module_from_spec(spec)
+    setattr(module, BARE, True)
+    sys.modules[name] = module
+    parent, _, child = name.rpartition(".")
+    setattr(sys.modules[parent], child, module)
+
+
+def _is_bare(name: str) -> bool:
+    return getattr(sys.modules.get(name), BARE, False)
+
+
+def auto_bridge(architectures=()):
+    """AutoBridge, with the bridge of every architecture in `architectures` registered (all of
+    Bridge's when one is not in BRIDGE_MODULES or none is given)."""
+    modules = [BRIDGE_MODULES.get(a) for a in architectures]
+    if "megatron.bridge" in sys.modules and not _is_bare("megatron.bridge"):  # the full import ran
+        from megatron.bridge import AutoBridge
+        return AutoBridge
+    if not modules or None in modules:
+        for name in reversed(PACKAGES):  # an earlier bare import: now run the packages' own code
+            if _is_bare(name):
+                del sys.modules[name]
+        from megatron.bridge import AutoBridge
+        return AutoBridge
+    for name in PACKAGES:
+        if name not in sys.modules:
+            _enter_bare(name)
+    from megatron.bridge.models.conversion.auto_bridge import AutoBridge
+    for module in modules:
+        importlib.import_module(module)
+    return AutoBridge
