@@ -4,9 +4,13 @@
 forward + backward. FP8 makes the GEMMs ~2x faster, so these take a growing share of its step
 (README "Precision"); every ms saved here counts for both precisions.
 
-  rotary: Megatron's unfused function | the kit's compiled rotary (helpers/runtime/compiled_rope.py),
-          values checked against Megatron's; the bytes a fused kernel must move, as a floor
+  rotary: Megatron's unfused function | the kit's compiled rotary (helpers/runtime/compiled_rope.py) |
+          the kit's Triton rotary (helpers/runtime/rope_triton.py), values and gradients checked
+          against Megatron's; the bytes a fused kernel must move, as a floor
   norm:   torch.nn.LayerNorm | the same module under torch.compile
+  gelu:   FP8 MLP's GeLU then its delayed FP8 cast (torch GeLU + fp8_cast_gpu) | the fused kernels
+          (helpers/precision/fp8_gelu_cast_gpu.py), forward and backward at FC1's output shape:
+          time and FP8 bytes that differ
 
 Measured (H200, 2026-12-02, docs/gpu_profile.md): the compiled rotary at ~2.9x its floor, and
 torch.compile'd LayerNorm 2x slower than torch's own.
@@ -38,7 +42,7 @@ def rotary_cases(s=2048, b=16, heads=16, dim=128) -> dict:
     from megatron.core.models.common.embeddings import rope_utils
     from megatron.core.transformer import TransformerConfig
 
-    from helpers.runtime import compiled_rope
+    from helpers.runtime import compiled_rope, rope_triton
 
     cfg = TransformerConfig(num_layers=1, hidden_size=heads * dim, num_attention_heads=heads)
     mixed = torch.randn(s, b, heads, 3 * dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -53,14 +57,21 @@ def rotary_cases(s=2048, b=16, heads=16, dim=128) -> dict:
 
     variants = {
         "megatron_unfused": lambda t: rope_utils.apply_rotary_pos_emb(t, freqs, cfg, cp_group=object()),
-        "kit_compiled": lambda t: compiled_rope.apply_rotary_pos_emb(t, freqs, cfg),
+        "kit_compiled": lambda t: compiled_rope._compiled()(t, freqs, 1.0),
+        "kit_triton": lambda t: rope_triton.rotary(t, freqs, 1.0),
     }
     q = torch.split(mixed, dim, dim=-1)[0]
     reference = rope_utils.apply_rotary_pos_emb(q, freqs, cfg, cp_group=object())
-    out = {"shape": [s, b, heads, dim], "ms_per_layer_fwd_bwd": {}, "max_abs_diff_vs_megatron": {}}
+    (reference_grad,) = torch.autograd.grad(reference, mixed, grad)
+    out = {"shape": [s, b, heads, dim], "ms_per_layer_fwd_bwd": {}, "max_abs_diff_vs_megatron": {},
+           "max_abs_grad_diff_vs_megatron": {}}
     for name, apply in variants.items():
         out["ms_per_layer_fwd_bwd"][name] = timed_ms(run(apply))
-        out["max_abs_diff_vs_megatron"][name] = (apply(q).float() - reference.float()).abs().max().item()
+        q = torch.split(mixed, dim, dim=-1)[0]
+        y = apply(q)
+        (g,) = torch.autograd.grad(y, mixed, grad)
+        out["max_abs_diff_vs_megatron"][name] = (y.float() - reference.float()).abs().max().item()
+        out["max_abs_grad_diff_vs_megatron"][name] = (g.float() - reference_grad.float()).abs().max().item()
     # bytes a fused kernel must move: q and k read and written, forward and backward (bf16)
     ideal_bytes = 2 * 2 * 2 * (s * b * heads * dim * 2)
     out["ideal_ms_at_3_tb_per_s"] = ideal_bytes / 3e12 * 1e3
@@ -82,14 +93,41 @@ def norm_cases(tokens=2048 * 16, hidden=2048) -> dict:
     return out
 
 
+def gelu_cases(tokens=2048 * 16, ffn=8192) -> dict:
+    from helpers.precision import fp8_cast_gpu, fp8_gelu_cast_gpu
+    g = torch.Generator(device="cuda").manual_seed(0)
+    h = (torch.randn(tokens, ffn, device="cuda", generator=g) * 1.5).to(torch.bfloat16)
+    dg = (torch.randn(tokens, ffn, device="cuda", generator=g) * 1e-3).to(torch.bfloat16)
+    out = {"shape": [tokens, ffn]}
+    cases = {"forward": (lambda: torch.nn.functional.gelu(h), fp8_gelu_cast_gpu.gelu_delayed_cast, (h,), torch.float8_e4m3fn, 448.0),
+             "backward": (lambda: torch.ops.aten.gelu_backward(dg, h), fp8_gelu_cast_gpu.gelu_backward_delayed_cast,
+                          (dg, h), torch.float8_e5m2, 57344.0)}
+    for name, (torch_op, fused, inputs, dtype, fmax) in cases.items():
+        scale = fmax / torch_op().float().abs().amax() * 0.9
+        bits = [torch.zeros((), dtype=torch.int32, device="cuda") for _ in range(2)]
+        unfused = lambda: fp8_cast_gpu.delayed_cast(torch_op(), fmax, dtype, scale, bits[0], True, True)
+        fused_call = lambda: fused(*inputs, fmax, dtype, scale, bits[1], True, True)
+        (q, qt), (fq, fqt) = unfused(), fused_call()
+        out[name] = {"ms_unfused": timed_ms(unfused), "ms_fused": timed_ms(fused_call),
+                     "differing_bytes": int((q.view(torch.uint8) != fq.view(torch.uint8)).sum()),
+                     "differing_bytes_transposed": int((qt.view(torch.uint8) != fqt.view(torch.uint8)).sum()),
+                     "amax_equal": bool(torch.equal(bits[0], bits[1])),
+                     "ideal_ms_fused_at_3_tb_per_s": h.numel() * (2 * len(inputs) + 2) / 3e12 * 1e3}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
-              "rotary": rotary_cases(), "layer_norm": norm_cases()}
-    (args.out / "elementwise.json").write_text(json.dumps(result, indent=1))
+    result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    for name, cases in (("rotary", rotary_cases), ("gelu", gelu_cases), ("layer_norm", norm_cases)):
+        try:  # one failing section should not lose the others' numbers
+            result[name] = cases()
+        except Exception as e:
+            result[name] = {"error": repr(e)[-2000:]}
+        (args.out / "elementwise.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
 
 

@@ -1,5 +1,7 @@
-"""Rotary embedding compiled with torch.compile on GPU: the kit's stand-in for Megatron's
-`apply_rope_fusion`, which needs Transformer Engine.
+"""Rotary embedding fused on GPU: the kit's stand-in for Megatron's `apply_rope_fusion`, which needs
+Transformer Engine. bf16 query/key with full-width rotary go to the hand-written Triton kernel
+(rope_triton.py says why); other dtypes and partial rotary to `rotary`
+below under torch.compile.
 
 Why: Megatron's unfused rotary path (rope_utils.apply_rotary_pos_emb, plain torch) runs about ten
 elementwise kernels per call (slice, cos, sin, two multiplies, a negate and two concatenations)
@@ -41,6 +43,10 @@ def apply_rotary_pos_emb(t, freqs, config, cu_seqlens=None, mscale=1.0, cp_group
     if not plain:
         return rope_utils.apply_rotary_pos_emb(t, freqs, config, cu_seqlens=cu_seqlens, mscale=mscale,
                                                cp_group=cp_group, mla_rotary_interleaved=mla_rotary_interleaved)
+    if compiled and t.is_cuda:
+        from helpers.runtime import rope_triton  # triton: GPU machines only
+        if rope_triton.applies(t, freqs):
+            return rope_triton.rotary(t, freqs, mscale)
     return (_compiled() if compiled else rotary)(t, freqs, mscale)
 
 
