@@ -8,9 +8,6 @@ forward + backward. FP8 makes the GEMMs ~2x faster, so these take a growing shar
           the kit's Triton rotary (helpers/runtime/rope_triton.py), values and gradients checked
           against Megatron's; the bytes a fused kernel must move, as a floor
   norm:   torch.nn.LayerNorm | the same module under torch.compile
-  gelu:   FP8 MLP's GeLU then its delayed FP8 cast (torch GeLU + fp8_cast_gpu) | the fused kernels
-          (helpers/precision/fp8_gelu_cast_gpu.py), forward and backward at FC1's output shape:
-          time and FP8 bytes that differ
 
 Measured (H200, 2026-12-02, docs/gpu_profile.md): the compiled rotary at ~2.9x its floor, and
 torch.compile'd LayerNorm 2x slower than torch's own.
@@ -93,36 +90,13 @@ def norm_cases(tokens=2048 * 16, hidden=2048) -> dict:
     return out
 
 
-def gelu_cases(tokens=2048 * 16, ffn=8192) -> dict:
-    from helpers.precision import fp8_cast_gpu, fp8_gelu_cast_gpu
-    g = torch.Generator(device="cuda").manual_seed(0)
-    h = (torch.randn(tokens, ffn, device="cuda", generator=g) * 1.5).to(torch.bfloat16)
-    dg = (torch.randn(tokens, ffn, device="cuda", generator=g) * 1e-3).to(torch.bfloat16)
-    out = {"shape": [tokens, ffn]}
-    cases = {"forward": (lambda: torch.nn.functional.gelu(h), fp8_gelu_cast_gpu.gelu_delayed_cast, (h,), torch.float8_e4m3fn, 448.0),
-             "backward": (lambda: torch.ops.aten.gelu_backward(dg, h), fp8_gelu_cast_gpu.gelu_backward_delayed_cast,
-                          (dg, h), torch.float8_e5m2, 57344.0)}
-    for name, (torch_op, fused, inputs, dtype, fmax) in cases.items():
-        scale = fmax / torch_op().float().abs().amax() * 0.9
-        bits = [torch.zeros((), dtype=torch.int32, device="cuda") for _ in range(2)]
-        unfused = lambda: fp8_cast_gpu.delayed_cast(torch_op(), fmax, dtype, scale, bits[0], True, True)
-        fused_call = lambda: fused(*inputs, fmax, dtype, scale, bits[1], True, True)
-        (q, qt), (fq, fqt) = unfused(), fused_call()
-        out[name] = {"ms_unfused": timed_ms(unfused), "ms_fused": timed_ms(fused_call),
-                     "differing_bytes": int((q.view(torch.uint8) != fq.view(torch.uint8)).sum()),
-                     "differing_bytes_transposed": int((qt.view(torch.uint8) != fqt.view(torch.uint8)).sum()),
-                     "amax_equal": bool(torch.equal(bits[0], bits[1])),
-                     "ideal_ms_fused_at_3_tb_per_s": h.numel() * (2 * len(inputs) + 2) / 3e12 * 1e3}
-    return out
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    for name, cases in (("rotary", rotary_cases), ("gelu", gelu_cases), ("layer_norm", norm_cases)):
+    for name, cases in (("rotary", rotary_cases), ("layer_norm", norm_cases)):
         try:  # one failing section should not lose the others' numbers
             result[name] = cases()
         except Exception as e:

@@ -94,39 +94,27 @@ def _scale_cast_kernel(x_ptr, amax_ptr, q_ptr, qt_ptr, inverse_ptr, M, K, fmax,
 
 
 @triton.jit
-def _record_amax_and_store(v, scale_ptr, amax_bits_ptr, q_ptr, qt_ptr, rows, cols, inside, M, K, fmax,
-                           PLAIN: tl.constexpr, TRANSPOSED: tl.constexpr):
-    """The delayed recipe's tail, shared by every kernel that ends in a delayed cast (this file's
-    and fp8_gelu_cast_gpu's): fold the tile's max |v| into the amax with one integer atomic max
-    (non-negative floats order like their bit patterns), then scale, saturate, cast and store the
-    tile in the layouts asked for."""
-    bits = tl.max(tl.max(tl.abs(v), axis=1), axis=0).to(tl.int32, bitcast=True)  # (this max skips NaN)
-    nan = tl.max(tl.max((v != v).to(tl.int32), axis=1), axis=0) > 0
-    tl.atomic_max(amax_bits_ptr, tl.where(nan, 0x7FC00000, bits))  # a NaN's bits order above inf's: kept
-    q = _saturate(v * tl.load(scale_ptr), fmax).to(q_ptr.dtype.element_ty)
-    if PLAIN:
-        tl.store(q_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], q, mask=inside)
-    if TRANSPOSED:  # the tile transposed, so that consecutive threads store consecutive bytes
-        tl.store(qt_ptr + cols[:, None].to(tl.int64) * M + rows[None, :], tl.trans(q), mask=tl.trans(inside))
-
-
-@triton.jit
 def _delayed_cast_kernel(x_ptr, scale_ptr, amax_bits_ptr, q_ptr, qt_ptr, M, K, fmax,
                          PLAIN: tl.constexpr, TRANSPOSED: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
     """Delayed scaling: the scale is given (from earlier steps' amaxes), so there is no reduction
-    before the cast; the tensor's own amax is measured on the way."""
+    before the cast; the tensor's own amax is measured on the way, each tile's folded in with one
+    integer atomic max (non-negative floats order like their bit patterns)."""
     pid_m, pid_k = tl.program_id(0), tl.program_id(1)
     rows = pid_m * BM + tl.arange(0, BM)
     cols = pid_k * BK + tl.arange(0, BK)
     inside = (rows < M)[:, None] & (cols < K)[None, :]
     x = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], mask=inside, other=0.0).to(tl.float32)
-    _record_amax_and_store(x, scale_ptr, amax_bits_ptr, q_ptr, qt_ptr, rows, cols, inside, M, K, fmax,
-                           PLAIN, TRANSPOSED)
+    bits = tl.max(tl.max(tl.abs(x), axis=1), axis=0).to(tl.int32, bitcast=True)  # (this max skips NaN)
+    nan = tl.max(tl.max((x != x).to(tl.int32), axis=1), axis=0) > 0
+    tl.atomic_max(amax_bits_ptr, tl.where(nan, 0x7FC00000, bits))  # a NaN's bits order above inf's: kept
+    q = _saturate(x * tl.load(scale_ptr), fmax).to(q_ptr.dtype.element_ty)
+    if PLAIN:
+        tl.store(q_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], q, mask=inside)
+    if TRANSPOSED:
+        tl.store(qt_ptr + cols[:, None].to(tl.int64) * M + rows[None, :], tl.trans(q), mask=tl.trans(inside))
 
 
-def layouts(m, k, dtype, device, plain, transposed):
-    """The FP8 outputs of an (m, k) cast: (row-major or None, transposed or None, and the two
-    pointers the kernel gets)."""
+def _layouts(m, k, dtype, device, plain, transposed):
     q = torch.empty((m, k), dtype=dtype, device=device) if plain else None
     qt = torch.empty((k, m), dtype=dtype, device=device) if transposed else None
     # an unused layout still needs a pointer of the FP8 type: the other one's (never written)
@@ -142,7 +130,7 @@ def delayed_cast(x: torch.Tensor, fmax: float, dtype: torch.dtype, scale: torch.
         raise ValueError(f"fp8_cast_gpu.delayed_cast takes a matrix, got shape {tuple(x.shape)}")
     x = x.contiguous()
     m, k = x.shape
-    q, qt, q_arg, qt_arg = layouts(m, k, dtype, x.device, plain, transposed)
+    q, qt, q_arg, qt_arg = _layouts(m, k, dtype, x.device, plain, transposed)
     bm, bk, warps = DELAYED_CAST_TILE
     _delayed_cast_kernel[triton.cdiv(m, bm), triton.cdiv(k, bk)](
         x, scale, amax_bits, q_arg, qt_arg, m, k, fmax, PLAIN=plain, TRANSPOSED=transposed, BM=bm, BK=bk,
@@ -170,7 +158,7 @@ def scale_cast(x: torch.Tensor, fmax: float, dtype: torch.dtype, dim: int | None
         inverse = torch.empty((1, k), dtype=torch.float32, device=x.device)
     else:
         raise ValueError(f"dim must be None, 0, 1 or -1, got {dim}")
-    q, qt, q_arg, qt_arg = layouts(m, k, dtype, x.device, plain, transposed)
+    q, qt, q_arg, qt_arg = _layouts(m, k, dtype, x.device, plain, transposed)
     bm, bk, warps = SCALE_CAST_TILE
     _scale_cast_kernel[triton.cdiv(m, bm), triton.cdiv(k, bk)](
         x, amax.contiguous(), q_arg, qt_arg, inverse, m, k, fmax, GRANULARITY=granularity, PLAIN=plain,

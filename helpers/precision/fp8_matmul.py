@@ -22,9 +22,7 @@ torch operations it cost more memory traffic than FP8 saves), and inside trainin
 training step's microbatches) each weight is quantised once, not once per microbatch."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import torch
 
@@ -93,20 +91,6 @@ def quantize_weight(weight: torch.Tensor, fmt: str, dim: int | None = None, plai
     return hit[1]
 
 
-@dataclass(frozen=True)
-class Producer:
-    """An elementwise op whose result a DelayedStream quantises (quantize_produced): `torch_op`
-    computes it (CPU, first step, the reference), `kernel` names the fp8_gelu_cast_gpu function that
-    computes and casts it in one pass on the GPU."""
-    name: str
-    torch_op: Callable
-    kernel: str
-
-
-GELU = Producer("gelu", lambda h: torch.nn.functional.gelu(h), "gelu_delayed_cast")
-GELU_BACKWARD = Producer("gelu_backward", lambda dg, h: torch.ops.aten.gelu_backward(dg, h),
-                         "gelu_backward_delayed_cast")
-
 HISTORY = 16  # steps of amax a delayed scale looks back on (recipes.DelayedScaling's default)
 
 
@@ -128,24 +112,19 @@ class DelayedStream:
         self.scale = self.inverse = None  # fp32 scalars: multiply to quantise, multiply to dequantise
         self.ready = False  # a scale from the history exists (after the first step)
 
-    def _amax_target(self, device) -> torch.Tensor:
-        """Where this quantisation's amax goes: the stream's own (recorded at the step's end) inside
-        training_step(); outside (an evaluation pass between steps), a scratch one, so the cast uses
-        the current scale and the history stays as it is."""
-        if self.history is None:
-            self.history = torch.zeros(HISTORY, dtype=torch.float32, device=device)
-            self.amax_bits = torch.zeros((), dtype=torch.int32, device=device)
-        if _fixed_weights is None:
-            return torch.zeros_like(self.amax_bits)
-        _streams_used.add(self)
-        return self.amax_bits
-
     def quantize(self, x: torch.Tensor, plain: bool = True, transposed: bool = False):
         """(row-major FP8 or None, transposed FP8 or None, dequantisation multiplier) of a matrix.
         The multiplier is the stream's own tensor, valid until the step ends (advance updates it
-        in place). Only a training step's amaxes are recorded (_amax_target)."""
+        in place). Only a training step's amaxes are recorded (inside training_step(); an evaluation pass
+        between steps quantises with the current scale and leaves the history alone)."""
         f = formats.get(self.fmt)
-        bits = self._amax_target(x.device)
+        if self.history is None:
+            self.history = torch.zeros(HISTORY, dtype=torch.float32, device=x.device)
+            self.amax_bits = torch.zeros((), dtype=torch.int32, device=x.device)
+        training = _fixed_weights is not None
+        if training:
+            _streams_used.add(self)
+        bits = self.amax_bits if training else torch.zeros_like(self.amax_bits)  # a scratch one: not recorded
         x = x.detach()
         with torch.no_grad():
             amax = bits.view(torch.float32)
@@ -160,23 +139,6 @@ class DelayedStream:
             torch.maximum(amax, x32.abs().amax(), out=amax)
             q = (x32 * self.scale).clamp(-f.max, f.max).to(f.dtype)
             return (q if plain else None), (q.t().contiguous() if transposed else None), self.inverse
-
-    def quantize_produced(self, producer: Producer, inputs: tuple, plain: bool = True, transposed: bool = False):
-        """quantize(producer.torch_op(*inputs)): the stream quantises an elementwise op's result.
-        On the GPU once the stream has a history, one kernel computes the op and writes its result
-        straight in FP8 (producer.kernel; the bf16 result is never stored); otherwise (CPU, the
-        first step's current scaling) the op runs in torch and its result is quantised as usual."""
-        if self.ready and inputs[0].device.type == "cuda":
-            from helpers.precision import fp8_gelu_cast_gpu
-            f = formats.get(self.fmt)
-            bits = self._amax_target(inputs[0].device)
-            with torch.no_grad():
-                q, qt = getattr(fp8_gelu_cast_gpu, producer.kernel)(
-                    *(t.detach() for t in inputs), f.max, f.dtype, self.scale, bits, plain, transposed)
-            return q, qt, self.inverse
-        with torch.no_grad():
-            result = producer.torch_op(*(t.detach() for t in inputs))
-        return self.quantize(result, plain, transposed)
 
 
 def advance(streams) -> None:

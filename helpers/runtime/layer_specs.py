@@ -9,7 +9,6 @@ multi-latent attention. Replaced by the kit:
     projection; the local backend has no fused norm-linear), MLA itself -> mla.MLASelfAttentionTP
     (the K-RoPE gradient fix);
   * precision='fp8': the attention and dense-MLP linears -> fp8_linear's (FP8 GEMMs, same comms);
-    with the delayed recipe the dense MLP -> fp8_mlp.FusedGeluFP8MLP (GeLU fused with its FP8 casts);
   * core attention -> the kit's SDPACoreAttention (JobSpec.attention; always for MLA, whose k/v head
     sizes the local one refuses), under CP -> ContextParallelAttention (the local one refuses CP).
 Megatron-Core's `get_gpt_decoder_block_spec(use_transformer_engine=False)` does the per-layer choice
@@ -24,7 +23,7 @@ from megatron.core.transformer.transformer_block import (
 )
 from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
-from helpers.runtime import fp8_linear, fp8_mlp, mla
+from helpers.runtime import fp8_linear, mla
 from helpers.runtime.attention.core import SDPACoreAttention
 from helpers.runtime.modules import ContextParallelAttention, SequenceParallelNorm
 
@@ -69,8 +68,6 @@ def layer_spec(config, moe: bool, attention: str, fp8_recipe: str | None = None)
         submodules.k_layernorm = SequenceParallelNorm
     if fp8_recipe:
         fp8_linear.use_in(spec, fp8_recipe)
-        if fp8_recipe == "delayed":  # GeLU and its FP8 casts in one kernel (the scale is known beforehand)
-            fp8_mlp.use_in(spec)
     return spec
 
 
