@@ -11,8 +11,18 @@ for real nodes), probe.py (process groups only), cli.py (`python -m helpers` /
 from helpers.errors import InvalidJob, JobFailed, JobTimeout
 from helpers.job.spec import JobSpec
 from helpers.launch.multinode import simulate
-from helpers.launch.runner import (check_checkpoint_request, check_data_request, cuda_device_count, execute,
-                                   model_of, prepare, resolve, run, seed_checkpoint, validate)
+from helpers.launch.runner import (
+    check_checkpoint_request,
+    check_data_request,
+    cuda_device_count,
+    execute,
+    model_of,
+    prepare,
+    resolve,
+    run,
+    seed_checkpoint,
+    validate,
+)
 from helpers.rundir.reader import RunDir
 
 __all__ = ["run", "simulate", "prepare", "execute", "resolve", "validate", "check_data_request",

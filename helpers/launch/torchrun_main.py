@@ -7,21 +7,20 @@ the rendezvous is shut down; what is left is Python freeing torch's modules, ~0.
 machine. The runner waits for the agent's exit code, so that second sat on every job's critical
 path (the ranks skip the same teardown: runtime/train.py, exit_without_teardown). torch is
 imported with the garbage collector paused and its objects frozen, as the ranks import it
-(runtime/import_phase.py)."""
+(job/import_phase.py)."""
 from __future__ import annotations
 
-import gc
 import logging
 import os
 import sys
 import traceback
 
+from helpers.job import import_phase
+
 
 def main() -> None:
-    gc.disable()  # torch's import with the collector paused, its objects then frozen (runtime/import_phase.py)
-    from torch.distributed.run import main as torchrun
-    gc.freeze()
-    gc.enable()
+    with import_phase.without_gc():  # torch's import with the collector paused, its objects then frozen
+        from torch.distributed.run import main as torchrun
 
     try:
         torchrun()

@@ -115,8 +115,10 @@ def torch_mamba_mixer(model: ModelPreset, lay: Layout, tr: Training, T: int) -> 
     in_proj output to out_proj input), counted tensor by tensor on its code in bf16 (CPU, saved-tensor
     hooks; the count below reproduced them exactly): the conv's padded input and output, fp32 copies
     of x, dt, the gate and the norm's inputs, per einsum of the scan its operands (C and B expanded to
-    every head, the decays, x*dt), the states between chunks, the gated norm's groups. Under CP the
-    mixer holds the whole sequence for 1/cp of the heads: the same bytes as T tokens of them all."""
+    every head, the decays, x*dt), the states between chunks, the gated norm's groups. The states:
+    all of them stacked, and each one but the last kept by the update that decays it; the update after
+    the last chunk makes a state nothing reads, freed with what it saved when the scan returns. Under
+    CP the mixer holds the whole sequence for 1/cp of the heads: the same bytes as T tokens of them all."""
     B, tp = tr.act_bytes, lay.tp
     heads, p, n = model.mamba_num_heads // tp, model.mamba_head_dim, model.mamba_state_dim
     groups = max(model.mamba_num_groups // tp, 1)
@@ -126,7 +128,7 @@ def torch_mamba_mixer(model: ModelPreset, lay: Layout, tr: Training, T: int) -> 
     return (T * conv * B + lay.micro_batch * conv * (lay.seq_len // lay.cp + width - 1) * B  # conv out, padded in
             + 4 * T * heads * 4 + 8 * T * inner * 4  # dt (softplus in, dt, decays), x/gate/norm fp32 tensors
             + 3 * T * heads * q * 4 + 6 * T * heads * n * 4  # in-chunk decay matrices; B, C per head
-            + 2 * T // q * heads * n * p * 4  # chunk states (each entering state, and stacked)
+            + (2 * T // q * heads - lay.micro_batch * heads // lay.cp) * n * p * 4  # chunk states (below)
             + T * groups * 4 + T * inner * B  # the norm's rstd, out_proj input
             + 2 * heads * 4 + q * q + T // q * heads * 4)  # A, the causal mask, each chunk's total decay
 

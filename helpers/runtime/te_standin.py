@@ -93,7 +93,7 @@ def _registered(modules: dict[str, types.ModuleType]):
 def import_auto_bridge(architectures=()):
     """`megatron.bridge.AutoBridge`, imported with the TE stand-in when TE is absent; with the bridges
     of `architectures` only, where bridge_import.py knows their modules (else all of Bridge)."""
-    from helpers.runtime import import_phase
+    from helpers.job import import_phase
 
     if "megatron.core" not in sys.modules:
         raise RuntimeError("import megatron.core before Megatron-Bridge (the TE stand-in relies on it)")

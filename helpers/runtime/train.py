@@ -11,9 +11,9 @@ import os
 import sys
 from pathlib import Path
 
+from helpers.job import import_phase
 from helpers.job.spec import JobSpec
 from helpers.rundir import names, writer
-from helpers.runtime import import_phase
 
 # The Megatron-Core side of the worker is imported inside the functions, after main() knows the
 # job's device: on CPU, megatron.core is imported without torch.compile (cpu_compat.py says why).

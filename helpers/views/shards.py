@@ -8,14 +8,14 @@ its layers at their global offsets), each rank writes its pieces with their offs
 file `__<rank>_0.distcp`, and only the first data-parallel (and context-parallel) replica writes
 (the others hold copies). A job at another layout reads, for each of its pieces, the overlapping
 pieces from whichever files hold them: that is why a checkpoint reloads at another layout.
-Which layers a stage holds is asked of Megatron (`get_transformer_layer_offset`,
-`get_num_layers_to_build`); the offsets match a TP=2 checkpoint's `.metadata` (see the test)."""
+Which layers a stage holds is the memory planner's split (memory/static.py `stage_layers`), which
+the test holds equal to Megatron's (`get_transformer_layer_offset`, `get_num_layers_to_build`); the
+offsets match a TP=2 checkpoint's `.metadata` (see the test)."""
 from __future__ import annotations
-
-import warnings
 
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
+from helpers.memory import static
 
 # matrix -> (module, the matrix dimension TP splits: 0 = rows, column parallel; 1 = cols, row parallel)
 MATRICES = {"linear_qkv": ("self_attention", 0), "linear_proj": ("self_attention", 1),
@@ -42,28 +42,10 @@ def matrix_shape(model: ModelPreset, matrix: str) -> tuple[int, int]:
             "linear_fc2": (model.hidden_size, model.ffn_hidden_size)}[matrix]
 
 
-def stage_layers(layout: Layout, num_layers: int) -> dict[int, list[int]]:
-    """{pipeline stage: global layer indices it holds} (all its virtual chunks), from Megatron."""
-    import torch
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from megatron.core.transformer import TransformerConfig
-        from megatron.core.transformer.transformer_block import get_num_layers_to_build
-        from megatron.core.transformer.transformer_layer import (
-            get_transformer_layer_offset,
-        )
-        config = TransformerConfig(num_layers=num_layers, hidden_size=8, num_attention_heads=1,
-                                   pipeline_model_parallel_size=layout.pp, pipeline_dtype=torch.float32,
-                                   virtual_pipeline_model_parallel_size=layout.vpp,
-                                   num_layers_in_first_pipeline_stage=layout.first_stage_layers,
-                                   num_layers_in_last_pipeline_stage=layout.last_stage_layers)
-    out = {}
-    for stage in range(layout.pp):
-        out[stage] = []
-        for vp in range(layout.vpp) if layout.vpp else [None]:
-            first = get_transformer_layer_offset(config, vp_stage=vp, pp_rank=stage)
-            out[stage] += list(range(first, first + get_num_layers_to_build(config, vp_stage=vp, pp_rank=stage)))
-    return out
+def stage_layers(layout: Layout, model: ModelPreset) -> dict[int, list[int]]:
+    """{pipeline stage: global layer indices it holds} (all its virtual chunks, in chunk order)."""
+    per_chunk = static.stage_layers(model, layout)  # [stage][virtual chunk] -> layers
+    return {stage: [i for chunk in chunks for i in chunk] for stage, chunks in enumerate(per_chunk)}
 
 
 def shards(layout: Layout, model: ModelPreset, matrix: str) -> list[dict]:
@@ -76,7 +58,7 @@ def shards(layout: Layout, model: ModelPreset, matrix: str) -> list[dict]:
         raise ValueError(f"{checkpoint_key(matrix)}: {full[split]} is not divisible by TP={layout.tp}")
     part = list(full)
     part[split] //= layout.tp
-    layers = stage_layers(layout, model.num_layers)
+    layers = stage_layers(layout, model)
     out = []
     for rank in range(layout.world_size):
         g = layout.groups_of(rank)

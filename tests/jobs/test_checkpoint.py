@@ -4,7 +4,6 @@ into 4 others, same evaluation loss). Jobs are tiny (2 + 2 iterations, seq 32) a
 checkpoints the crash runs leave behind are reused as the matrix's sources."""
 import json
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -131,23 +130,18 @@ def sources(trios, out):
 
 
 @pytest.fixture(scope="module")
-def reshard(sources, tmp_path_factory):
+def reshard(sources, tmp_path_factory, two_at_a_time):
     """{target: its eval-only run, or the exception it raised}: the 9 targets' jobs (1-2 ranks, mostly
     process start) two at a time, so both cores work; each target's test checks its own run."""
-    targets = [*GPT_TARGETS, *MOE_TARGETS]
-    outs = [str(tmp_path_factory.mktemp(t)) for t in targets]
+    targets = {**GPT_TARGETS, **MOE_TARGETS}
+    outs = {t: str(tmp_path_factory.mktemp(t)) for t in targets}
 
-    def one(i):
-        target = targets[i]
+    def one(target):
         model = "tiny-moe" if target in MOE_TARGETS else "tiny-gpt"
-        try:
-            return launch.run(**BATCH, out=outs[i], **{**GPT_TARGETS, **MOE_TARGETS}[target], model=model, iters=0,
-                              eval_only=True, load_dir=[str(p) for p in sources[model].values()])
-        except Exception as e:  # raised again by that target's own test
-            return e
+        return launch.run(**BATCH, out=outs[target], **targets[target], model=model, iters=0,
+                          eval_only=True, load_dir=[str(p) for p in sources[model].values()])
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip(targets, pool.map(one, range(len(targets)))))
+    return two_at_a_time(one, targets)
 
 
 @pytest.mark.parametrize("target", [*GPT_TARGETS, *MOE_TARGETS])

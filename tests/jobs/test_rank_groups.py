@@ -8,8 +8,6 @@ Cost on a 2-core CPU is the process start, so layouts use as few processes as sh
 notebooks/08_process_groups_5d.ipynb, which trains it; every layout here also trains somewhere in the
 suite (tests/jobs, notebooks 02-08). 12 layouts, probed two at a time (one module fixture): a probe
 is mostly process start, one core's work for much of it, and two side by side fill both cores."""
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
 from helpers.job.layout import Layout
@@ -41,19 +39,16 @@ def _layout(model, sizes):
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory):
+def live(tmp_path_factory, two_at_a_time):
     """{layout name: the probe's RunDir, or the exception it raised}, every layout probed once."""
-    outs = [str(tmp_path_factory.mktemp(_name(m, s))) for m, s in LAYOUTS]
+    layouts = {_name(m, s): (m, s) for m, s in LAYOUTS}
+    outs = {name: str(tmp_path_factory.mktemp(name)) for name in layouts}
 
-    def one(i):
-        model, sizes = LAYOUTS[i]
-        try:
-            return probe.live_groups(_layout(model, sizes), model=model, out=outs[i])
-        except Exception as e:  # raised again by that layout's own test
-            return e
+    def one(name):
+        model, sizes = layouts[name]
+        return probe.live_groups(_layout(model, sizes), model=model, out=outs[name])
 
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        return dict(zip([_name(m, s) for m, s in LAYOUTS], pool.map(one, range(len(LAYOUTS)))))
+    return two_at_a_time(one, layouts)
 
 
 @pytest.mark.parametrize("model, sizes", LAYOUTS, ids=[_name(m, s) for m, s in LAYOUTS])

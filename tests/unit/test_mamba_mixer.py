@@ -59,6 +59,7 @@ def test_causal_conv_sees_only_the_last_width_positions():
 
 
 MIXER_VS_HF = """
+import weakref
 import torch, torch.distributed as dist
 import megatron.core
 from helpers.runtime import cpu_compat
@@ -104,6 +105,12 @@ print(type(kit.norm).__name__, bias is None, ((out.transpose(0, 1) - ref).abs().
 
 # What autograd keeps for the backward of a bf16 mixer (40 tokens x 3 sequences, chunks of 8): every
 # saved tensor's storage once, without the parameters and the mixer's input (the layer's term).
+# Counted once the forward is done, with its output held: a tensor saved by a step whose result
+# nothing reads (the scan's state after the last chunk) is freed with that step during the forward,
+# so it is not kept; weak references tell which saved tensors are still alive, and storages alive
+# together cannot share an address (keying by the address of every storage ever saved, one freed
+# during the forward let a later one take its address and its entry: the count then depended on
+# where the allocator put things).
 config = TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, use_cpu_initialization=True,
                            mamba_num_heads=6, mamba_head_dim=4, mamba_num_groups=3, mamba_state_dim=16,
                            params_dtype=torch.bfloat16, bf16=True)
@@ -111,14 +118,11 @@ kit = TorchMambaMixer(config, MambaMixerSubmodules(in_proj=ColumnParallelLinear,
                       d_model=64, chunk_size=8, layer_number=1, pg_collection=ProcessGroupCollection.use_mpu_process_groups())
 x = torch.randn(40, 3, 64, dtype=torch.bfloat16, requires_grad=True)
 skip = {p.untyped_storage().data_ptr() for p in kit.parameters()} | {x.untyped_storage().data_ptr()}
-saved = {}
-def pack(t):
-    if t.untyped_storage().data_ptr() not in skip:
-        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-    return t
-with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-    kit(x)
-print(sum(saved.values()) - 6 * 4 * 4)  # less the fp32 copy of the norm weight (per layer, not per token)
+saved = []
+with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(weakref.ref(t)) or t, lambda t: t):
+    out = kit(x)
+kept = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in (r() for r in saved) if t is not None}
+print(sum(n for ptr, n in kept.items() if ptr not in skip) - 6 * 4 * 4)  # less the fp32 copy of the norm weight (per layer, not per token)
 """
 
 

@@ -1,6 +1,10 @@
 """Checkpoint shard picture (views/shards): the pieces a layout writes tile the global tensor
 [layers, rows, cols] exactly (no gap, no overlap), only the first DP/CP replica writes, and the
-offsets are those Megatron's dist_checkpointing puts in a checkpoint's .metadata."""
+offsets are those Megatron's dist_checkpointing puts in a checkpoint's .metadata; which layers a
+stage holds (the memory planner's split) is what Megatron's own functions say."""
+import dataclasses
+import warnings
+
 import matplotlib
 import numpy as np
 import pytest
@@ -43,9 +47,43 @@ def test_offsets_match_a_tp2_checkpoint_metadata():
     assert shards.checkpoint_key("linear_fc1") == "decoder.layers.mlp.linear_fc1.weight"
 
 
+def _megatron_stage_layers(layout: Layout, num_layers: int) -> dict[int, list[int]]:
+    """{stage: layers}, asked of Megatron (the offset and count each stage's chunks build)."""
+    import torch
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core.transformer import TransformerConfig
+        from megatron.core.transformer.transformer_block import get_num_layers_to_build
+        from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
+        config = TransformerConfig(num_layers=num_layers, hidden_size=8, num_attention_heads=1,
+                                   pipeline_model_parallel_size=layout.pp, pipeline_dtype=torch.float32,
+                                   virtual_pipeline_model_parallel_size=layout.vpp,
+                                   num_layers_in_first_pipeline_stage=layout.first_stage_layers,
+                                   num_layers_in_last_pipeline_stage=layout.last_stage_layers)
+    out = {}
+    for stage in range(layout.pp):
+        out[stage] = []
+        for vp in range(layout.vpp) if layout.vpp else [None]:
+            first = get_transformer_layer_offset(config, vp_stage=vp, pp_rank=stage)
+            out[stage] += list(range(first, first + get_num_layers_to_build(config, vp_stage=vp, pp_rank=stage)))
+    return out
+
+
+@pytest.mark.parametrize("layers, sizes", [
+    (4, dict()), (4, dict(pp=2)), (4, dict(pp=2, vpp=2)), (4, dict(pp=2, first_stage_layers=1, last_stage_layers=3)),
+    (8, dict(pp=4, vpp=2)), (12, dict(pp=3, vpp=2, first_stage_layers=2, last_stage_layers=2)),
+    (16, dict(pp=4, first_stage_layers=3, last_stage_layers=1)), (27, dict(pp=3, first_stage_layers=9)),
+    (52, dict(pp=2, first_stage_layers=27, last_stage_layers=25)), (6, dict(pp=3, vpp=2, last_stage_layers=2)),
+])
+def test_stage_layers_are_megatrons(layers, sizes):
+    model, layout = dataclasses.replace(TINY, num_layers=layers), Layout(**sizes)
+    assert [v.name for v in layout.validate(model) if v.category != "batch"] == []  # a split Megatron accepts
+    assert shards.stage_layers(layout, model) == _megatron_stage_layers(layout, layers)
+
+
 def test_stage_layers_and_files_read_at_another_layout():
-    assert shards.stage_layers(Layout(pp=2, vpp=2), 4) == {0: [0, 2], 1: [1, 3]}  # interleaved chunks
-    assert shards.stage_layers(Layout(pp=2, first_stage_layers=1, last_stage_layers=3), 4) == {0: [0], 1: [1, 2, 3]}
+    assert shards.stage_layers(Layout(pp=2, vpp=2), TINY) == {0: [0, 2], 1: [1, 3]}  # interleaved chunks
+    assert shards.stage_layers(Layout(pp=2, first_stage_layers=1, last_stage_layers=3), TINY) == {0: [0], 1: [1, 2, 3]}
     # saved at TP=2, loaded at PP=2: each stage needs both TP halves of its layers
     assert shards.files_read(Layout(tp=2), Layout(pp=2), TINY, "linear_fc1") == {
         0: ["__0_0.distcp", "__1_0.distcp"], 1: ["__0_0.distcp", "__1_0.distcp"]}

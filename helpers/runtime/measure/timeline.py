@@ -11,26 +11,27 @@ Times are wall-clock seconds, comparable between the ranks of one host. On GPU t
 device ran the microbatch's kernels (CUDA events, `clock.py`), without synchronising per event."""
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from helpers.runtime.measure.clock import Clock
 
 
 class _SavedBytes:
-    """Bytes of distinct non-parameter storages saved for backward while active."""
+    """Bytes of distinct non-parameter storages saved for backward while active, counted when
+    `total` is read (right after the forward, its output held): only what is still saved then. A
+    tensor saved by a step whose result nothing reads is freed with that step during the forward,
+    and its address may go to a later saved tensor; keyed by address as they came, the later one
+    was then taken for the first and dropped. Weak references say which saved tensors are alive,
+    and storages alive together have distinct addresses."""
 
     def __init__(self, param_ptrs: set[int]):
         self.param_ptrs = param_ptrs
-        self.seen: dict[int, int] = {}
+        self.saved: list[weakref.ref] = []
 
     def pack(self, t):
-        try:
-            storage = t.untyped_storage()
-            ptr = storage.data_ptr()
-            if ptr not in self.param_ptrs and ptr not in self.seen:
-                self.seen[ptr] = storage.nbytes()
-        except (RuntimeError, NotImplementedError):  # tensors without storage (e.g. wrapper subclasses)
-            pass
+        self.saved.append(weakref.ref(t))
         return t
 
     @staticmethod
@@ -39,7 +40,16 @@ class _SavedBytes:
 
     @property
     def total(self) -> int:
-        return sum(self.seen.values())
+        seen: dict[int, int] = {}
+        for t in (r() for r in self.saved):
+            if t is None:
+                continue
+            try:
+                storage = t.untyped_storage()
+                seen.setdefault(storage.data_ptr(), storage.nbytes())
+            except (RuntimeError, NotImplementedError):  # tensors without storage (e.g. wrapper subclasses)
+                pass
+        return sum(n for ptr, n in seen.items() if ptr not in self.param_ptrs)
 
 
 class Timeline:

@@ -1,4 +1,6 @@
-"""Heavy imports with Python's cyclic garbage collector paused, their objects then frozen.
+"""Heavy imports with Python's cyclic garbage collector paused, their objects then frozen: the
+ranks' (runtime/train.py, runtime/te_standin.py) and torchrun's agent's (launch/torchrun_main.py).
+Here in job/, the package both sides import, because launch/ does not import runtime/; stdlib only.
 
 Importing torch and Megatron-Core creates a few million objects that live until the process ends
 (modules, classes, functions). The collector walks them again and again: every 700 new objects
@@ -17,6 +19,8 @@ import gc
 
 @contextlib.contextmanager
 def without_gc():
+    """`with without_gc(): import ...`: the collector off for the block (if it was on), then
+    everything alive frozen (gc.freeze) and the collector back as it was, even if the block raised."""
     enabled = gc.isenabled()
     gc.disable()
     try:
