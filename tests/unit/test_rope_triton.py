@@ -54,8 +54,12 @@ def reference():
     # the same formula as the kit's torch rotary (which, given fp32, keeps cos and sin in fp32:
     # they differ from the bf16-rounded ones by < 2^-9, times |x| < 5 here)
     assert torch.allclose(out.float(), rotary(q.float(), freqs, 0.8), atol=0.01)
-    pair = lambda t: torch.cat([t[..., t.shape[-1] // 2:], t[..., : t.shape[-1] // 2]], dim=-1)
-    return out, dq, q.double(), grad.double(), pair
+    return out, dq, q.double(), grad.double(), swap_halves
+
+
+def swap_halves(t):
+    """Each element's partner in the rotation (the other half's element at the same index)."""
+    return torch.cat([t[..., t.shape[-1] // 2:], t[..., : t.shape[-1] // 2]], dim=-1)
 
 
 def within_bound(got, want, x, pair) -> bool:
