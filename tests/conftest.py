@@ -1,5 +1,9 @@
+import json
 import os
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -26,6 +30,24 @@ def two_at_a_time():
         keys = list(keys)
         with ThreadPoolExecutor(max_workers=2) as pool:
             return dict(zip(keys, pool.map(kept, keys)))
+    return run
+
+
+@pytest.fixture(scope="session")
+def triton_interpreter():
+    """`triton_interpreter(script)` -> the JSON object a test module's `__main__` prints last, the
+    script run in a child process under Triton's interpreter (TRITON_INTERPRET=1 is read when
+    @triton.jit decorates, so it must be set before the kernel module is imported): how the GPU
+    kernels' tests run them on CPU. Skipped where triton is not installed."""
+    pytest.importorskip("triton")
+    root = str(Path(__file__).resolve().parents[1])
+
+    def run(script, timeout=120):
+        env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": root}
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
     return run
 
 

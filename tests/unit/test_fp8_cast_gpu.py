@@ -9,10 +9,6 @@ hardware's round-to-nearest-even, which benchmarks/gpu_precision.py compares byt
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,7 +16,6 @@ import torch
 FMAX = 256.0  # a power of two: scale = 2^k exactly, so x * scale is an FP8 value
 DTYPES = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
 DIMS = {"tensor": None, "row": -1, "column": 0}
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def exact_input(shape, dtype, dim, seed=0) -> torch.Tensor:
@@ -90,12 +85,8 @@ def compare_all() -> dict:
 
 
 @pytest.fixture(scope="module")
-def compared():
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def compared(triton_interpreter):
+    return triton_interpreter(__file__)
 
 
 @pytest.mark.parametrize("case", [f"{f}-{g}" for f in DTYPES for g in DIMS])

@@ -12,15 +12,9 @@ O(|x|), far outside it; test_bound_is_tight checks the bound rejects a sign erro
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def inputs():
@@ -67,12 +61,8 @@ def within_bound(got, want, x, pair) -> bool:
 
 
 @pytest.fixture(scope="module")
-def kernel():
-    pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, __file__], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+def kernel(triton_interpreter):
+    got = triton_interpreter(__file__)
     return torch.tensor(got["out"], dtype=torch.float64), torch.tensor(got["dq"], dtype=torch.float64), got
 
 
