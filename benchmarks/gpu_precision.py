@@ -16,7 +16,7 @@ against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocatio
     KIT_DATA_DIR=<folder with wikitext-2-raw-v1/ and tokenizers/gpt2/> \\
     python benchmarks/gpu_precision.py --out DIR [--iters 200] [--global-batch 32] [--micro-batch 4]
         [--rowwise-iters 30] [--skip gemm,bf16,tensorwise,delayed,rowwise,recipes] [--merge EARLIER/results.json]
-        [--profile]
+        [--profile] [--data-dir CORPUS] [--job-timeout-s 420]
 
 Global batch 32 (8 microbatches) is the GPU-speed benchmark's (benchmarks/gpu_throughput.py); 200 of
 its iterations take ~4.5 minutes per precision on an H200, so one 10-minute device call holds one
@@ -28,7 +28,10 @@ machine (each device call may get another GPU; add a short bf16 run to a call fo
 Each training row also has the host/device split of its steps (metrics.jsonl's fwd_bwd_issue_s and
 fwd_bwd_drain_s, medians): a drain near 0 means the host, not the GPU, sets the pace. --profile
 writes torch.profiler tables of each training run's last two iterations (DIR/profile_<run>.txt,
-KIT_TORCH_PROFILE; those two iterations are left out of the step time).
+KIT_TORCH_PROFILE; those two iterations are left out of the step time). --data-dir trains on another
+corpus in WikiText's layout (benchmarks/text_corpus.py: WikiText-2's ~0.22M training tokens are
+memorised in 200 iterations at global batch 32 or 64); losses are compared only between entries of
+the same data.
 """
 import argparse
 import json
@@ -149,8 +152,8 @@ def quantiser_check(x) -> dict:
     return out
 
 
-def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Path, capture: int | None = None,
-          profile: Path | None = None) -> dict:
+def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Path, data_dir: str | None,
+          timeout_s: int, capture: int | None = None, profile: Path | None = None) -> dict:
     env = {"NCCL_NVLS_ENABLE": "0"}
     if capture:
         env["KIT_CAPTURE_TENSORS"] = str(capture)
@@ -159,9 +162,8 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
     t0 = time.time()
     run = launch.run(model="tiny-gpt", model_overrides=MODEL, seq_len=SEQ, micro_batch=micro, global_batch=gbs,
                      iters=iters, lr=3e-4, device="cuda", precision=precision, fp8_recipe=recipe,
-                     data="wikitext", tokenizer="gpt2", seed_checkpoint=False, out=str(out / "runs"),
-                     eval_interval=EVAL_EVERY,
-                     progress=False, timeout_s=420, env=env)
+                     data="wikitext", data_dir=data_dir, tokenizer="gpt2", seed_checkpoint=False,
+                     out=str(out / "runs"), eval_interval=EVAL_EVERY, progress=False, timeout_s=timeout_s, env=env)
     timed = run.metrics[WARMUP:len(run.metrics) - (2 if profile else 0)]  # (the profiled two: slower)
     if not timed:
         raise ValueError(f"{iters} iterations leave no timed step after {WARMUP} warm-up ones"
@@ -169,16 +171,18 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
     step = statistics.median(m["step_time_s"] for m in timed)
     split = {k: statistics.median(m[k] for m in timed) for k in ("fwd_bwd_issue_s", "fwd_bwd_drain_s")}
     peaks = json.loads((run.path / "device_memory.json").read_text())
+    data = next(c["evidence"] for c in run.report["checks"] if c["name"] == "data")
     plan = peak_rows(run.spec, peaks)[0]
     model = run.spec.model_preset()
     return {"precision": precision, "recipe": recipe if precision == "fp8" else None, "iters": iters,
             "global_batch": gbs, "micro_batch": micro, "machine": machine(), "step_time_s": step, "tokens_per_s": gbs * SEQ / step, **split,
             "mfu_vs_bf16_peak": mfu(gbs * SEQ / step, model, SEQ, PEAK_BF16), "losses": run.losses,
+            "step_times_s": [m["step_time_s"] for m in run.metrics],  # (drift over a long run: run 6)
             "final_loss_mean10": statistics.mean(run.losses[-10:]), **held_out(run.evaluations),
             "max_allocated_bytes": peaks["0"]["mem_max_allocated_bytes"],
             "planned_bytes": plan["planned"], "plan_error": plan["error"],
             "fp8_linears": next(c["evidence"].get("fp8_linears") for c in run.report["checks"] if c["name"] == "model"),
-            "wall_s": time.time() - t0, "run_dir": str(run.path)}
+            "data": {k: data[k] for k in ("splits", "tokens")}, "wall_s": time.time() - t0, "run_dir": str(run.path)}
 
 
 def machine() -> str:
@@ -205,6 +209,16 @@ def held_out(evaluations: list[dict]) -> dict:
             "test_loss": next((e["loss"] for e in evaluations if e["split"] == "test"), None)}
 
 
+def reached(error: Exception) -> dict:
+    """What a failed job wrote before it stopped (a job killed by its time limit after its last
+    iteration still has every loss), so that a failed device call does not lose its curve."""
+    run = getattr(error, "run", None)  # helpers.errors.JobFailed carries its run directory
+    if run is None or not run.metrics:
+        return {}
+    return {"reached_iterations": len(run.metrics), "losses": run.losses,
+            "step_times_s": [m["step_time_s"] for m in run.metrics], **held_out(run.evaluations)}
+
+
 def recipes_on(path: Path) -> dict:
     import torch
 
@@ -229,6 +243,9 @@ def main():
     ap.add_argument("--global-batch", type=int, default=32)
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--rowwise-iters", type=int, default=30)
+    ap.add_argument("--data-dir", help="text in WikiText's layout instead of KIT_DATA_DIR's WikiText-2 "
+                                       "(benchmarks/text_corpus.py); the tokenizer still comes from KIT_DATA_DIR")
+    ap.add_argument("--job-timeout-s", type=int, default=420, help="each training job's time limit")
     ap.add_argument("--profile", action="store_true", help="torch.profiler tables of each run's last two iterations")
     ap.add_argument("--skip", default="", help="comma list of gemm,bf16,tensorwise,delayed,rowwise,recipes")
     ap.add_argument("--merge", type=Path, help="an earlier call's results.json: its entries are kept")
@@ -256,14 +273,15 @@ def main():
                      if isinstance(r, dict) and k in r}
             print(f"{key} ({time.time() - t0:.0f} s): {json.dumps(brief) if brief else json.dumps(r)[:3000]}", flush=True)
         except Exception as e:  # keep going: one failure should not hide the other measurements
-            res[key] = {"error": str(e)[-3000:]}
+            res[key] = {"error": str(e)[-3000:], **reached(e)}
             print(f"{key}: FAILED {str(e)[-2000:]}", flush=True)
         save()
 
     print(res["gpu"], "|", res["support"], flush=True)
     if "gemm" not in skip:
         attempt("gemm", gemm_check)
-    batches = (args.global_batch, args.micro_batch, args.out)
+    batches = (args.global_batch, args.micro_batch, args.out, args.data_dir and str(Path(args.data_dir).resolve()),
+               args.job_timeout_s)
     profile = (lambda key: args.out / f"profile_{key}.txt") if args.profile else (lambda key: None)
     if "bf16" not in skip:
         attempt("bf16", train, "bf16", "tensorwise", args.iters, *batches,
@@ -283,7 +301,8 @@ def main():
         if comparable(b, f, "micro_batch", "global_batch", "machine"):  # speed: same layout, same GPU
             res[f"speedup_{recipe}"] = f["tokens_per_s"] / b["tokens_per_s"]
             print(f"fp8 {recipe} / bf16: {res[f'speedup_{recipe}']:.3f}x tokens/s", flush=True)
-        if comparable(b, f, "iters", "global_batch"):  # loss: same tokens seen (micro batch does not matter)
+        if comparable(b, f, "iters", "global_batch") and b.get("data") == f.get("data"):  # loss: same tokens seen
+            # (micro batch does not matter)
             res[f"final_loss_gap_{recipe}"] = f["final_loss_mean10"] / b["final_loss_mean10"] - 1
             print(f"fp8 {recipe}: final loss gap {res[f'final_loss_gap_{recipe}']:+.4%}", flush=True)
             if f.get("test_loss") and b.get("test_loss"):
