@@ -131,14 +131,33 @@ def gpu_run3_table(results: dict) -> Table:
                   "planned GiB": r["planned_bytes"] / 2**30} for k, r in results["run3"]["training"].items())
 
 
-def plot_gpu_losses_200(results: dict, ax=None):
-    """Run 3's 200-iteration loss curves at micro batch 16 (bf16 and FP8 delayed), with their ratio."""
+SPIKY_START = 9  # the loss spikes of the 200-iteration runs (constant lr, no warm-up) are over by then
+
+
+def losses_200(results: dict, run: str = "run3") -> tuple[dict, str]:
+    """A run's 200-iteration bf16 / FP8 delayed loss curves (same initial weights) and what they ran:
+    run 3 on WikiText-2 at global batch 32 (memorised: ~60 passes), run 6 on Python's documentation
+    at global batch 64 (8 passes; benchmarks/text_corpus.py)."""
+    if run == "run3":
+        return results["run3"]["losses_200"], "WikiText-2, global batch 32"
+    pair = results["run6"]["call1_2_pydocs_200"]
+    return {k: pair[k]["losses"] for k in ("bf16", "fp8_delayed")}, "Python docs, global batch 64"
+
+
+def plot_gpu_losses_200(results: dict, run: str = "run3", ax=None):
+    """A run's 200-iteration loss curves at micro batch 16 (bf16 and FP8 delayed), with their ratio."""
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 4))
-    curves = results["run3"]["losses_200"]
+    curves, what = losses_200(results, run)
     iterations = range(1, len(curves["bf16"]) + 1)
     for name, losses in curves.items():
         ax.plot(iterations, losses, label=name, linewidth=1.2)
+    later = max(max(losses[SPIKY_START:]) for losses in curves.values())
+    earliest = max(max(losses[:SPIKY_START]) for losses in curves.values())
+    if earliest > 1.2 * later:  # the first iterations' spikes would flatten the rest: cut them off, say so
+        ax.set_ylim(top=1.1 * later)
+        ax.annotate(f"iterations 1-{SPIKY_START}: up to {earliest:.1f}", (0.02, 0.96), xycoords="axes fraction",
+                    va="top", fontsize=8, color="dimgrey")
     ratio = ax.twinx()
     ratio.plot(iterations, [f / b - 1 for f, b in zip(curves["fp8_delayed"], curves["bf16"])], color="grey",
                linewidth=0.8, label="fp8 / bf16 - 1 (right axis)")
@@ -146,11 +165,24 @@ def plot_gpu_losses_200(results: dict, ax=None):
     ratio.set_ylabel("fp8 / bf16 - 1", color="grey")
     ax.set_xlabel("iteration")
     ax.set_ylabel("training loss")
-    ax.set_title("1.4B GPT, global batch 32, micro batch 16: bf16 vs FP8 delayed")
+    ax.set_title(f"1.4B GPT, {what}, micro batch 16: bf16 vs FP8 delayed")
     ax.grid(alpha=0.3)
     lines = ax.get_legend_handles_labels(), ratio.get_legend_handles_labels()
     ax.legend(lines[0][0] + lines[1][0], lines[0][1] + lines[1][1], loc="upper right")
     return ax
+
+
+def gpu_run6_table(results: dict) -> Table:
+    """Run 6's bf16 / FP8 delayed pairs at global batch 64, each on one machine (README, "Precision")."""
+    run6 = results["run6"]
+    pairs = {"Python docs, 200 iterations (calls 1 + 2)": run6["call1_2_pydocs_200"],
+             "WikiText-2, 12 iterations (call 2)": run6["call2_wikitext_12"],
+             "WikiText-2, 12 iterations (call 3)": run6["call3_wikitext_12"]}
+    return Table({"pair": k, "bf16 step s": p["bf16"]["step_time_s"], "fp8 step s": p["fp8_delayed"]["step_time_s"],
+                  "vs bf16": f"{p['speedup_delayed']:.3f}x",  # as text: 1.293 must not print as 1.3
+                  "final loss vs bf16": p["final_loss_gap_delayed"] if p["bf16"]["iters"] >= 200 else "",
+                  "test loss vs bf16": p["test_loss_gap_delayed"] if p["bf16"]["iters"] >= 200 else ""}
+                 for k, p in pairs.items())
 
 
 def plot_gpu_losses(results: dict, ax=None):
