@@ -17,6 +17,7 @@ from helpers.job.tokenizer import NAMES as TOKENIZERS
 DATA_KINDS = ("synthetic", "wikitext", "sft")
 ATTENTION_KINDS = ("sdpa", "megatron_local")
 PRECISIONS = ("auto", "fp32", "bf16", "fp8")
+LR_DECAYS = ("constant", "linear", "cosine")  # Megatron's OptimizerParamScheduler styles the kit offers
 FP8_RECIPES = ("tensorwise", "rowwise", "delayed")  # helpers/precision/fp8_matmul.py
 PER_TENSOR_FP8_RECIPES = ("tensorwise", "delayed")  # one scale per tensor: the same GEMMs and saved tensors
 FP8_LINEARS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")  # the linears precision='fp8' swaps
@@ -35,7 +36,14 @@ class JobSpec(ParallelSizes):
                                  "(needs hf_model; $VARS expanded on the node); with eval_only and one "
                                  "load_dir: that checkpoint")
     iters: int = knob(5, "training iterations")
-    lr: float = knob(3e-3, "learning rate (constant)")
+    lr: float = knob(3e-3, "peak learning rate (constant unless lr_warmup_iters or lr_decay change it)")
+    lr_warmup_iters: int = knob(0, "linear warm-up from 0 to lr over this many iterations (Megatron's "
+                                "OptimizerParamScheduler; as in Megatron, the first iteration then trains at lr 0)")
+    lr_decay: str = knob("constant", "after the warm-up: constant, or linear / cosine decay to min_lr at "
+                         "lr_decay_iters", choices=LR_DECAYS)
+    lr_decay_iters: int | None = knob(None, "iteration where the decay reaches min_lr; none = iters (set it to the "
+                                      "whole run's length when the run is split into resumed jobs)")
+    min_lr: float = knob(0.0, "learning rate at the end of the decay")
     clip_grad: float = knob(1.0, "gradient-norm clipping threshold")
     seed: int = knob(1234, "random seed: initial weights, synthetic data")
     moe_dispatcher: str = knob("alltoall", "MoE token dispatcher", choices=("alltoall", "allgather"))

@@ -19,7 +19,7 @@ GROUPS = [  # help sections, by field
                 "last_stage_layers"]),
     ("model and training", ["model", "model_overrides", "hf_model", "export_hf", "iters", "micro_batch",
                             "global_batch", "seq_len", "lr",
-                            "clip_grad", "seed", "moe_dispatcher", "backend", "attention"]),
+                            "lr_warmup_iters", "lr_decay", "lr_decay_iters", "min_lr", "clip_grad", "seed", "moe_dispatcher", "backend", "attention"]),
     ("data", ["data", "tokenizer", "data_dir", "eval_interval", "eval_iters"]),
     ("checkpoints", ["save_interval", "save_dir", "load_dir", "load_optimizer", "eval_only"]),
     ("where and how", ["device", "precision", "fp8_recipe", "seed_checkpoint", "name", "out", "timeout_s", "stall_timeout_s", "collective_timeout_s",

@@ -88,12 +88,36 @@ def check_hf_request(spec: JobSpec) -> dict | None:
             "architectures": hf_model.read_config(spec.hf_model)["architectures"]}
 
 
+def check_choices(spec: JobSpec) -> None:
+    """Fields with a fixed set of values (the CLI refuses others itself; the Python API comes here)."""
+    for f in dataclasses.fields(spec):
+        choices = f.metadata.get("choices")
+        if choices and getattr(spec, f.name) not in choices:
+            raise InvalidJob(f"{f.name} must be one of {', '.join(map(str, choices))}, not {getattr(spec, f.name)!r}")
+
+
+def check_lr_schedule(spec: JobSpec) -> None:
+    """The learning-rate fields describe a schedule Megatron's OptimizerParamScheduler accepts."""
+    if spec.lr < 0 or spec.min_lr < 0 or spec.min_lr > spec.lr:
+        raise InvalidJob(f"learning rates must satisfy 0 <= min_lr <= lr, not min_lr={spec.min_lr}, lr={spec.lr}")
+    if spec.lr_warmup_iters < 0:
+        raise InvalidJob(f"lr_warmup_iters must be >= 0, not {spec.lr_warmup_iters}")
+    end = spec.lr_decay_iters if spec.lr_decay_iters is not None else spec.iters
+    scheduled = spec.lr_warmup_iters > 0 or spec.lr_decay != "constant" or spec.lr_decay_iters is not None
+    if scheduled and not spec.eval_only and spec.iters > 0 and spec.lr_warmup_iters >= end:
+        what = f"lr_decay_iters={spec.lr_decay_iters}" if spec.lr_decay_iters is not None else f"iters={spec.iters}"
+        raise InvalidJob(f"lr_warmup_iters={spec.lr_warmup_iters} must end before {what} (where the decay ends): "
+                         f"shorten the warm-up or lengthen the run")
+
+
 def validate(spec: JobSpec) -> None:
     """Raise InvalidJob (listing every problem; `.violations` keeps the layout's) unless the job can run."""
     if spec.nproc is not None and spec.nproc < 1:
         raise InvalidJob(f"nproc must be >= 1, not {spec.nproc}")
     if spec.iters < 0:
         raise InvalidJob(f"iters must be >= 0, not {spec.iters}")
+    check_choices(spec)
+    check_lr_schedule(spec)
     check_hf_request(spec)
     devices = cuda_device_count() if spec.device == "cuda" else None
     if spec.device == "cuda" and devices == 0:

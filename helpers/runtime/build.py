@@ -10,6 +10,7 @@ from megatron.core.distributed import (
 )
 from megatron.core.models.gpt import GPTModel
 from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.transformer import TransformerConfig
 from megatron.core.transformer.module import Float16Module
 
@@ -212,6 +213,7 @@ def optimizer(config: TransformerConfig, model: list, spec: JobSpec):
     opt_config = OptimizerConfig(
         optimizer="adam",
         lr=spec.lr,
+        min_lr=spec.min_lr,
         weight_decay=0.0,
         clip_grad=spec.clip_grad,
         bf16=config.bf16,
@@ -222,6 +224,20 @@ def optimizer(config: TransformerConfig, model: list, spec: JobSpec):
     if not config.use_cpu_initialization:  # on GPU
         use_fused_adam(opt)
     return opt
+
+
+def lr_schedule(opt, spec: JobSpec, start: int):
+    """Megatron's OptimizerParamScheduler, counted in iterations (Megatron's own loop counts samples:
+    the same curve) and set to iteration `start`: the kit does not save the scheduler, its position
+    is the iteration, so a resumed job continues the curve. It writes each param group's lr before
+    every step; the defaults (no warm-up, constant) give lr at every step."""
+    end = spec.lr_decay_iters if spec.lr_decay_iters is not None else spec.iters
+    schedule = OptimizerParamScheduler(
+        opt, init_lr=0.0, max_lr=spec.lr, min_lr=spec.min_lr, lr_warmup_steps=spec.lr_warmup_iters,
+        lr_decay_steps=max(end, spec.lr_warmup_iters + 1),  # (Megatron asserts warm-up < decay; constant: unused)
+        lr_decay_style=spec.lr_decay, start_wd=0.0, end_wd=0.0, wd_incr_steps=1, wd_incr_style="constant")
+    schedule.step(start)
+    return schedule
 
 
 def use_fused_adam(opt) -> None:

@@ -74,7 +74,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     from megatron.core import parallel_state as ps
 
     from helpers.precision import fp8_matmul
-    from helpers.runtime import evaluation, faults, gather, preflight, report, setup
+    from helpers.runtime import build, evaluation, faults, gather, preflight, report, setup
     from helpers.runtime.checkpoint import policy as checkpoints
     from helpers.runtime.measure import (
         instruments,
@@ -126,6 +126,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
     if evals:
         evals.before_training(start)
     tokens_per_iter = spec.global_batch_size * spec.seq_len
+    schedule = build.lr_schedule(opt, spec, start)  # Megatron's scheduler, at the resumed iteration
     profiled = ProfileWindow(spec.iters, rank)  # KIT_TORCH_PROFILE=FILE (benchmarks)
     for it in range(start, spec.iters):
         profiled.before(it)
@@ -153,7 +154,9 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
                                      "(check the learning rate, precision and input data)")
         beat("optimizer step", it + 1)
         inst.phase("optimizer")
+        lr = float(opt.param_groups[0]["lr"])  # what this step uses (the schedule set it)
         ok, grad_norm, _ = opt.step()
+        schedule.step(1)  # every iteration, as a resumed job counts (bf16/fp32 steps are never skipped)
         inst.end()
         routers.end()
         card.step(it + 1, ok, grad_norm, model, check_replicas=it in (start, spec.iters - 1))
@@ -162,7 +165,7 @@ def train(run_dir: Path, spec: JobSpec, seed_out: Path | None) -> None:
         step = time.perf_counter() - t0
         profiled.after(it)
         record = {"iteration": it + 1, "time": time.time(), "loss": loss, "grad_norm": float(grad_norm or 0.0),
-                  "lr": spec.lr, "skipped": not ok, "step_time_s": step,
+                  "lr": lr, "skipped": not ok, "step_time_s": step,
                   "tokens_per_s": tokens_per_iter / step,
                   # host-bound or device-bound: how long the host took to queue the forward/backward
                   # passes, and how long it then waited for the device to finish them (~0: host-bound)

@@ -3,6 +3,7 @@ a save, one clear error for bad checkpoints, and a reshard matrix (save at 4 lay
 into 4 others, same evaluation loss). Jobs are tiny (2 + 2 iterations, seq 32) and the
 checkpoints the crash runs leave behind are reused as the matrix's sources."""
 import json
+import math
 import shutil
 
 import pytest
@@ -11,7 +12,10 @@ from helpers import launch
 from helpers.rundir import checkpoint_dir
 
 N = 2  # iterations before the crash; the straight run does 2N
-BATCH = dict(micro_batch=2, global_batch=4, seq_len=32, device="cpu", progress=False)
+# Every job here also follows a learning-rate schedule (warm-up, then cosine decay), which a resumed
+# job must continue where the crashed one stopped: the kit does not save the scheduler, the iteration places it.
+SCHEDULE = dict(lr=3e-3, lr_warmup_iters=1, lr_decay="cosine", min_lr=1e-4)
+BATCH = dict(micro_batch=2, global_batch=4, seq_len=32, device="cpu", progress=False, **SCHEDULE)
 RTOL = 1e-5  # fp32 CPU: other layouts reduce in another order (observed <= 2e-7); see test_launch.py
 
 CRASHES = {
@@ -54,6 +58,16 @@ def trios(out):
     return get
 
 
+def scheduled_lr(iteration: int, iters: int) -> float:
+    """SCHEDULE's learning rate at a 1-based iteration, written out: Megatron's scheduler sits at
+    step iteration - 1 (so the warm-up's first iteration trains at lr 0), warms up linearly, then
+    follows a half cosine from lr to min_lr over the steps left until `iters`."""
+    step, warm, peak, low = iteration - 1, SCHEDULE["lr_warmup_iters"], SCHEDULE["lr"], SCHEDULE["min_lr"]
+    if step <= warm:
+        return peak * step / warm
+    return low + (peak - low) * 0.5 * (1 + math.cos(math.pi * (step - warm) / (iters - warm)))
+
+
 @pytest.mark.parametrize("name", CRASHES)
 def test_resume_after_kill_is_bit_exact(name, trios):
     straight, crashed, resumed = trios(name)
@@ -64,6 +78,9 @@ def test_resume_after_kill_is_bit_exact(name, trios):
     assert info["iteration"] == N and info["rng_restored"] and info["optimizer_loaded"]
     assert [m["iteration"] for m in resumed.metrics] == list(range(N + 1, 2 * N + 1))
     assert resumed.losses == straight.losses[N:]  # exact equality, not a tolerance
+    assert [m["lr"] for m in resumed.metrics] == [m["lr"] for m in straight.metrics][N:]
+    assert [m["lr"] for m in straight.metrics] == pytest.approx([scheduled_lr(k, 2 * N) for k in range(1, 2 * N + 1)],
+                                                                 rel=1e-12, abs=0)
     assert checkpoint_dir.latest(resumed.path / "checkpoints").name == checkpoint_dir.iter_name(2 * N)
 
 
