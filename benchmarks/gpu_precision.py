@@ -16,7 +16,7 @@ against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocatio
     KIT_DATA_DIR=<folder with wikitext-2-raw-v1/ and tokenizers/gpt2/> \\
     python benchmarks/gpu_precision.py --out DIR [--iters 200] [--global-batch 32] [--micro-batch 4]
         [--rowwise-iters 30] [--skip gemm,bf16,tensorwise,delayed,rowwise,recipes] [--merge EARLIER/results.json]
-        [--profile] [--data-dir CORPUS] [--job-timeout-s 420]
+        [--profile] [--data-dir CORPUS] [--job-timeout-s 420] [--lr-warmup-iters N --lr-decay cosine]
 
 Global batch 32 (8 microbatches) is the GPU-speed benchmark's (benchmarks/gpu_throughput.py); 200 of
 its iterations take ~4.5 minutes per precision on an H200, so one 10-minute device call holds one
@@ -30,8 +30,9 @@ fwd_bwd_drain_s, medians): a drain near 0 means the host, not the GPU, sets the 
 writes torch.profiler tables of each training run's last two iterations (DIR/profile_<run>.txt,
 KIT_TORCH_PROFILE; those two iterations are left out of the step time). --data-dir trains on another
 corpus in WikiText's layout (benchmarks/text_corpus.py: WikiText-2's ~0.22M training tokens are
-memorised in 200 iterations at global batch 32 or 64); losses are compared only between entries of
-the same data.
+memorised in 200 iterations at global batch 32 or 64); --lr-warmup-iters/--lr-decay/--min-lr give
+the jobs a learning-rate schedule (runs 1-6: a constant 3e-4); losses are compared only between
+entries of the same data and schedule.
 """
 import argparse
 import json
@@ -51,6 +52,7 @@ MODEL = dict(num_layers=24, hidden_size=2048, num_attention_heads=16, ffn_hidden
              vocab_size=50304, max_seq_len=2048)
 SEQ = 2048
 EVAL_EVERY = 25  # held-out (validation) loss every 25 iterations; test loss after the last
+LR = 3e-4  # peak learning rate (constant in runs 1-6)
 PEAK_BF16 = 989e12  # H100/H200 dense bf16, datasheet
 WARMUP = 3
 
@@ -153,7 +155,7 @@ def quantiser_check(x) -> dict:
 
 
 def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Path, data_dir: str | None,
-          timeout_s: int, capture: int | None = None, profile: Path | None = None) -> dict:
+          timeout_s: int, schedule: dict, capture: int | None = None, profile: Path | None = None) -> dict:
     env = {"NCCL_NVLS_ENABLE": "0"}
     if capture:
         env["KIT_CAPTURE_TENSORS"] = str(capture)
@@ -161,7 +163,7 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
         env["KIT_TORCH_PROFILE"] = str(profile)
     t0 = time.time()
     run = launch.run(model="tiny-gpt", model_overrides=MODEL, seq_len=SEQ, micro_batch=micro, global_batch=gbs,
-                     iters=iters, lr=3e-4, device="cuda", precision=precision, fp8_recipe=recipe,
+                     iters=iters, lr=LR, **schedule, device="cuda", precision=precision, fp8_recipe=recipe,
                      data="wikitext", data_dir=data_dir, tokenizer="gpt2", seed_checkpoint=False,
                      out=str(out / "runs"), eval_interval=EVAL_EVERY, progress=False, timeout_s=timeout_s, env=env)
     timed = run.metrics[WARMUP:len(run.metrics) - (2 if profile else 0)]  # (the profiled two: slower)
@@ -182,7 +184,13 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
             "max_allocated_bytes": peaks["0"]["mem_max_allocated_bytes"],
             "planned_bytes": plan["planned"], "plan_error": plan["error"],
             "fp8_linears": next(c["evidence"].get("fp8_linears") for c in run.report["checks"] if c["name"] == "model"),
-            "data": {k: data[k] for k in ("splits", "tokens")}, "wall_s": time.time() - t0, "run_dir": str(run.path)}
+            "data": {k: data[k] for k in ("splits", "tokens")}, "lr_schedule": schedule or None, "wall_s": time.time() - t0, "run_dir": str(run.path)}
+
+
+def schedule(args) -> dict:
+    """The learning-rate schedule fields that differ from a constant lr (empty: runs 1-6's)."""
+    fields = {"lr_warmup_iters": args.lr_warmup_iters, "lr_decay": args.lr_decay, "min_lr": args.min_lr}
+    return {} if fields == {"lr_warmup_iters": 0, "lr_decay": "constant", "min_lr": 0.0} else fields
 
 
 def machine() -> str:
@@ -246,6 +254,9 @@ def main():
     ap.add_argument("--data-dir", help="text in WikiText's layout instead of KIT_DATA_DIR's WikiText-2 "
                                        "(benchmarks/text_corpus.py); the tokenizer still comes from KIT_DATA_DIR")
     ap.add_argument("--job-timeout-s", type=int, default=420, help="each training job's time limit")
+    ap.add_argument("--lr-warmup-iters", type=int, default=0, help="JobSpec.lr_warmup_iters (runs 1-6: 0)")
+    ap.add_argument("--lr-decay", default="constant", help="JobSpec.lr_decay (runs 1-6: constant)")
+    ap.add_argument("--min-lr", type=float, default=0.0, help="JobSpec.min_lr")
     ap.add_argument("--profile", action="store_true", help="torch.profiler tables of each run's last two iterations")
     ap.add_argument("--skip", default="", help="comma list of gemm,bf16,tensorwise,delayed,rowwise,recipes")
     ap.add_argument("--merge", type=Path, help="an earlier call's results.json: its entries are kept")
@@ -281,7 +292,7 @@ def main():
     if "gemm" not in skip:
         attempt("gemm", gemm_check)
     batches = (args.global_batch, args.micro_batch, args.out, args.data_dir and str(Path(args.data_dir).resolve()),
-               args.job_timeout_s)
+               args.job_timeout_s, schedule(args))
     profile = (lambda key: args.out / f"profile_{key}.txt") if args.profile else (lambda key: None)
     if "bf16" not in skip:
         attempt("bf16", train, "bf16", "tensorwise", args.iters, *batches,
@@ -301,7 +312,8 @@ def main():
         if comparable(b, f, "micro_batch", "global_batch", "machine"):  # speed: same layout, same GPU
             res[f"speedup_{recipe}"] = f["tokens_per_s"] / b["tokens_per_s"]
             print(f"fp8 {recipe} / bf16: {res[f'speedup_{recipe}']:.3f}x tokens/s", flush=True)
-        if comparable(b, f, "iters", "global_batch") and b.get("data") == f.get("data"):  # loss: same tokens seen
+        same_run = b.get("data") == f.get("data") and b.get("lr_schedule") == f.get("lr_schedule")
+        if comparable(b, f, "iters", "global_batch") and same_run:  # loss: same tokens and lr seen
             # (micro batch does not matter)
             res[f"final_loss_gap_{recipe}"] = f["final_loss_mean10"] / b["final_loss_mean10"] - 1
             print(f"fp8 {recipe}: final loss gap {res[f'final_loss_gap_{recipe}']:+.4%}", flush=True)
