@@ -103,6 +103,11 @@ class JobSpec(ParallelSizes):
         """Weights and activations in bf16: bf16 jobs and fp8 ones (only their GEMMs run in FP8)."""
         return self.precision in ("bf16", "fp8")
 
+    @property
+    def lr_decay_end(self) -> int:
+        """The iteration where the learning-rate decay ends: lr_decay_iters, or the run's last."""
+        return self.lr_decay_iters if self.lr_decay_iters is not None else self.iters
+
     def layout_record(self) -> dict:
         """The layout as recorded in manifest.json and in every checkpoint's kit record (a
         checkpoint resumed in an equal layout also restores each rank's RNG state)."""

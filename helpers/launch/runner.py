@@ -102,9 +102,8 @@ def check_lr_schedule(spec: JobSpec) -> None:
         raise InvalidJob(f"learning rates must satisfy 0 <= min_lr <= lr, not min_lr={spec.min_lr}, lr={spec.lr}")
     if spec.lr_warmup_iters < 0:
         raise InvalidJob(f"lr_warmup_iters must be >= 0, not {spec.lr_warmup_iters}")
-    end = spec.lr_decay_iters if spec.lr_decay_iters is not None else spec.iters
     scheduled = spec.lr_warmup_iters > 0 or spec.lr_decay != "constant" or spec.lr_decay_iters is not None
-    if scheduled and not spec.eval_only and spec.iters > 0 and spec.lr_warmup_iters >= end:
+    if scheduled and not spec.eval_only and spec.iters > 0 and spec.lr_warmup_iters >= spec.lr_decay_end:
         what = f"lr_decay_iters={spec.lr_decay_iters}" if spec.lr_decay_iters is not None else f"iters={spec.iters}"
         raise InvalidJob(f"lr_warmup_iters={spec.lr_warmup_iters} must end before {what} (where the decay ends): "
                          f"shorten the warm-up or lengthen the run")

@@ -231,10 +231,9 @@ def lr_schedule(opt, spec: JobSpec, start: int):
     the same curve) and set to iteration `start`: the kit does not save the scheduler, its position
     is the iteration, so a resumed job continues the curve. It writes each param group's lr before
     every step; the defaults (no warm-up, constant) give lr at every step."""
-    end = spec.lr_decay_iters if spec.lr_decay_iters is not None else spec.iters
     schedule = OptimizerParamScheduler(
         opt, init_lr=0.0, max_lr=spec.lr, min_lr=spec.min_lr, lr_warmup_steps=spec.lr_warmup_iters,
-        lr_decay_steps=max(end, spec.lr_warmup_iters + 1),  # (Megatron asserts warm-up < decay; constant: unused)
+        lr_decay_steps=max(spec.lr_decay_end, spec.lr_warmup_iters + 1),  # (Megatron asserts warm-up < decay; constant: unused)
         lr_decay_style=spec.lr_decay, start_wd=0.0, end_wd=0.0, wd_incr_steps=1, wd_incr_style="constant")
     schedule.step(start)
     return schedule
