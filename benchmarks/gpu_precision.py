@@ -16,6 +16,7 @@ against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocatio
     KIT_DATA_DIR=<folder with wikitext-2-raw-v1/ and tokenizers/gpt2/> \\
     python benchmarks/gpu_precision.py --out DIR [--iters 200] [--global-batch 32] [--micro-batch 4]
         [--rowwise-iters 30] [--skip gemm,bf16,tensorwise,delayed,rowwise,recipes] [--merge EARLIER/results.json]
+        [--repeat bf16|fp8_delayed]
         [--profile] [--data-dir CORPUS] [--job-timeout-s 420] [--lr-warmup-iters N --lr-decay cosine]
 
 Global batch 32 (8 microbatches) is the GPU-speed benchmark's (benchmarks/gpu_throughput.py); 200 of
@@ -154,6 +155,46 @@ def quantiser_check(x) -> dict:
     return out
 
 
+class GpuSamples:
+    """The GPU's SM clock (MHz), power (W) and temperature (C) once a second while a job runs, from
+    nvidia-smi: run 7's steps slowed between iterations 25 and 75 and then held (FP8 by 2.4-2.7%,
+    bf16 by 1.2%), the shape of clocks settling under sustained load; these samples say whether that is it."""
+    QUERY = ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu", "--format=csv,noheader,nounits",
+             "-lms", "1000"]
+
+    def __enter__(self):
+        import shutil
+        import subprocess
+        import tempfile
+        self.log = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(self.QUERY, stdout=self.log, stderr=subprocess.DEVNULL) \
+            if shutil.which("nvidia-smi") else None
+        return self
+
+    def __exit__(self, *exc):
+        self.rows = []
+        if self.proc:
+            self.proc.terminate()
+            self.proc.wait()
+            self.log.seek(0)
+            for line in self.log:
+                try:
+                    self.rows.append([float(v) for v in line.split(",")])
+                except ValueError:  # "[N/A]" or a line cut off by terminate()
+                    pass
+        self.log.close()
+
+    def summary(self) -> dict | None:
+        """Per-second samples and their medians over the first and the last minute."""
+        if not self.rows:
+            return None
+        names = ("sm_mhz", "power_w", "temperature_c")
+        first, last = self.rows[:60], self.rows[-60:]
+        return {"per_second": self.rows, "columns": list(names),
+                "first_minute": {n: statistics.median(r[i] for r in first) for i, n in enumerate(names)},
+                "last_minute": {n: statistics.median(r[i] for r in last) for i, n in enumerate(names)}}
+
+
 def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Path, data_dir: str | None,
           timeout_s: int, schedule: dict, capture: int | None = None, profile: Path | None = None) -> dict:
     env = {"NCCL_NVLS_ENABLE": "0"}
@@ -162,10 +203,12 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
     if profile:
         env["KIT_TORCH_PROFILE"] = str(profile)
     t0 = time.time()
-    run = launch.run(model="tiny-gpt", model_overrides=MODEL, seq_len=SEQ, micro_batch=micro, global_batch=gbs,
-                     iters=iters, lr=LR, **schedule, device="cuda", precision=precision, fp8_recipe=recipe,
-                     data="wikitext", data_dir=data_dir, tokenizer="gpt2", seed_checkpoint=False,
-                     out=str(out / "runs"), eval_interval=EVAL_EVERY, progress=False, timeout_s=timeout_s, env=env)
+    with GpuSamples() as gpu:
+        run = launch.run(model="tiny-gpt", model_overrides=MODEL, seq_len=SEQ, micro_batch=micro, global_batch=gbs,
+                         iters=iters, lr=LR, **schedule, device="cuda", precision=precision, fp8_recipe=recipe,
+                         data="wikitext", data_dir=data_dir, tokenizer="gpt2", seed_checkpoint=False,
+                         out=str(out / "runs"), eval_interval=EVAL_EVERY, progress=False, timeout_s=timeout_s,
+                         env=env)
     timed = run.metrics[WARMUP:len(run.metrics) - (2 if profile else 0)]  # (the profiled two: slower)
     if not timed:
         raise ValueError(f"{iters} iterations leave no timed step after {WARMUP} warm-up ones"
@@ -184,7 +227,8 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
             "max_allocated_bytes": peaks["0"]["mem_max_allocated_bytes"],
             "planned_bytes": plan["planned"], "plan_error": plan["error"],
             "fp8_linears": next(c["evidence"].get("fp8_linears") for c in run.report["checks"] if c["name"] == "model"),
-            "data": {k: data[k] for k in ("splits", "tokens")}, "lr_schedule": schedule or None, "wall_s": time.time() - t0, "run_dir": str(run.path)}
+            "data": {k: data[k] for k in ("splits", "tokens")}, "lr_schedule": schedule or None,
+            "gpu_samples": gpu.summary(), "wall_s": time.time() - t0, "run_dir": str(run.path)}
 
 
 def schedule(args) -> dict:
@@ -260,6 +304,8 @@ def main():
     ap.add_argument("--profile", action="store_true", help="torch.profiler tables of each run's last two iterations")
     ap.add_argument("--skip", default="", help="comma list of gemm,bf16,tensorwise,delayed,rowwise,recipes")
     ap.add_argument("--merge", type=Path, help="an earlier call's results.json: its entries are kept")
+    ap.add_argument("--repeat", choices=("bf16", "fp8_delayed"), help="train this entry again, as <entry>_repeat: "
+                    "how far one precision lands from itself (GPU runs are not bit for bit repeatable)")
     args = ap.parse_args()
     import torch
 
@@ -301,6 +347,18 @@ def main():
         iters = args.rowwise_iters if recipe == "rowwise" else args.iters
         if recipe not in skip and iters:
             attempt(f"fp8_{recipe}", train, "fp8", recipe, iters, *batches, profile=profile(f"fp8_{recipe}"))
+    if args.repeat:
+        precision, recipe = ("bf16", "tensorwise") if args.repeat == "bf16" else ("fp8", "delayed")
+        attempt(f"{args.repeat}_repeat", train, precision, recipe, args.iters, *batches)
+        first, again = res.get(args.repeat, {}), res.get(f"{args.repeat}_repeat", {})
+        res.pop(f"spread_{args.repeat}", None)
+        same_run = all(first.get(k) == again.get(k) for k in ("data", "lr_schedule"))
+        if "final_loss_mean10" in first and "final_loss_mean10" in again and same_run and comparable(
+                first, again, "iters", "global_batch"):
+            res[f"spread_{args.repeat}"] = {
+                "final_loss": again["final_loss_mean10"] / first["final_loss_mean10"] - 1,
+                "test_loss": again["test_loss"] / first["test_loss"] - 1 if first.get("test_loss") else None}
+            print(f"{args.repeat} against itself: {json.dumps(res[f'spread_{args.repeat}'])}", flush=True)
     b = res.get("bf16", {})
     for recipe in ("tensorwise", "delayed", "rowwise"):  # (rowwise: a shorter run, so its loss gap only at equal iterations)
         f = res.get(f"fp8_{recipe}", {})

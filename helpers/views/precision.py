@@ -3,6 +3,7 @@ recipe's round-trip error on given tensors (helpers/precision/ computes; this mo
 from __future__ import annotations
 
 import math
+import statistics
 
 import matplotlib.pyplot as plt
 
@@ -137,9 +138,15 @@ SPIKY_START = 9  # the loss spikes of the 200-iteration runs (constant lr, no wa
 def losses_200(results: dict, run: str = "run3") -> tuple[dict, str]:
     """A run's 200-iteration bf16 / FP8 delayed loss curves (same initial weights) and what they ran:
     run 3 on WikiText-2 at global batch 32 (memorised: ~60 passes), run 6 on Python's documentation
-    at global batch 64 (8 passes; benchmarks/text_corpus.py)."""
+    at global batch 64 (8 passes; benchmarks/text_corpus.py), run 7 the same under a warm-up + cosine
+    schedule with FP8 trained twice (its second run: how far FP8 lands from itself)."""
     if run == "run3":
         return results["run3"]["losses_200"], "WikiText-2, global batch 32"
+    if run == "run7":
+        run7 = results["run7"]
+        return ({"bf16": run7["bf16"]["losses"], "fp8_delayed": run7["fp8_delayed"]["losses"],
+                 "fp8_delayed (again)": run7["fp8_delayed_repeat"]["losses"]},
+                "Python docs, global batch 64, warm-up + cosine")
     pair = results["run6"]["call1_2_pydocs_200"]
     return {k: pair[k]["losses"] for k in ("bf16", "fp8_delayed")}, "Python docs, global batch 64"
 
@@ -159,16 +166,18 @@ def plot_gpu_losses_200(results: dict, run: str = "run3", ax=None):
         ax.annotate(f"iterations 1-{SPIKY_START}: up to {earliest:.1f}", (0.02, 0.96), xycoords="axes fraction",
                     va="top", fontsize=8, color="dimgrey")
     ratio = ax.twinx()
-    ratio.plot(iterations, [f / b - 1 for f, b in zip(curves["fp8_delayed"], curves["bf16"])], color="grey",
-               linewidth=0.8, label="fp8 / bf16 - 1 (right axis)")
+    for (name, losses), style in zip(((k, v) for k, v in curves.items() if k != "bf16"), ("-", ":")):
+        ratio.plot(iterations, [f / b - 1 for f, b in zip(losses, curves["bf16"])], color="grey", linestyle=style,
+                   linewidth=0.8, label=f"{name} / bf16 - 1 (right axis)")
     ratio.axhline(0, color="grey", linewidth=0.5)
     ratio.set_ylabel("fp8 / bf16 - 1", color="grey")
     ax.set_xlabel("iteration")
     ax.set_ylabel("training loss")
-    ax.set_title(f"1.4B GPT, {what}, micro batch 16: bf16 vs FP8 delayed")
+    ax.set_title(f"1.4B GPT, {what}, micro batch 16: bf16 vs FP8 delayed", fontsize=10)
     ax.grid(alpha=0.3)
     lines = ax.get_legend_handles_labels(), ratio.get_legend_handles_labels()
-    ax.legend(lines[0][0] + lines[1][0], lines[0][1] + lines[1][1], loc="upper right")
+    ax.legend(lines[0][0] + lines[1][0], lines[0][1] + lines[1][1], loc="upper center", bbox_to_anchor=(0.5, -0.15),
+              ncol=2, fontsize=8)  # below the axes: inside, it covers the curves
     return ax
 
 
@@ -183,6 +192,49 @@ def gpu_run6_table(results: dict) -> Table:
                   "final loss vs bf16": p["final_loss_gap_delayed"] if p["bf16"]["iters"] >= 200 else "",
                   "test loss vs bf16": p["test_loss_gap_delayed"] if p["bf16"]["iters"] >= 200 else ""}
                  for k, p in pairs.items())
+
+
+RUN7 = {"bf16": "bf16", "fp8_delayed": "fp8 delayed", "fp8_delayed_repeat": "fp8 delayed, again"}
+
+
+def gpu_run7_table(results: dict) -> Table:
+    """Run 7's three 200-iteration runs (warm-up + cosine schedule), each on its own machine: speed ratios
+    across machines, losses against bf16 (README, "Precision")."""
+    run7 = results["run7"]
+    base = run7["bf16"]
+    return Table({"run": name, "step s": r["step_time_s"],
+                  "vs bf16 (other machine)": f"{base['step_time_s'] / r['step_time_s']:.3f}x",  # 1.274 is not 1.3
+                  "final loss (last 10)": r["final_loss_mean10"],
+                  "vs bf16": r["final_loss_mean10"] / base["final_loss_mean10"] - 1,
+                  "test loss": r["test_loss"], "test vs bf16": r["test_loss"] / base["test_loss"] - 1,
+                  "peak allocated GiB": r["max_allocated_bytes"] / 2**30} for key, name in RUN7.items()
+                 for r in [run7[key]])
+
+
+def step_drift(times: list[float], first=slice(3, 20)) -> list[float]:
+    """Each iteration's step time against the median of iterations 4-20 (a GPU that has just started)."""
+    start = statistics.median(times[first])
+    return [t / start - 1 for t in times]
+
+
+def plot_step_drift(results: dict, run: str = "run7", ax=None):
+    """Step time over a 200-iteration run, each precision against its own first iterations (medians
+    of 10), to show the slowdown that short runs do not see."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3.5))
+    for key, name in RUN7.items():
+        drift = step_drift(results[run][key]["step_times_s"])
+        tens = range(0, len(drift) - 9, 10)
+        ax.plot([i + 5 for i in tens], [statistics.median(drift[i:i + 10]) for i in tens], marker="o", markersize=3,
+                label=name)
+    ax.axhline(0, color="grey", linewidth=0.5)
+    ax.yaxis.set_major_formatter(plt.FuncFormatter(lambda v, _: f"{v:+.1%}"))
+    ax.set_xlabel("iteration")
+    ax.set_ylabel("step time vs iterations 4-20")
+    ax.set_title("1.4B GPT on one H200, 200 iterations: steps slow down, then hold", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return ax
 
 
 def plot_gpu_losses(results: dict, ax=None):
