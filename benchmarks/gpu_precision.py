@@ -179,9 +179,11 @@ class GpuSamples:
             self.log.seek(0)
             for line in self.log:
                 try:
-                    self.rows.append([float(v) for v in line.split(",")])
-                except ValueError:  # "[N/A]" or a line cut off by terminate()
-                    pass
+                    row = [float(v) for v in line.split(",")]
+                except ValueError:  # "[N/A]"
+                    continue
+                if len(row) == 3:  # (not a line cut off by terminate())
+                    self.rows.append(row)
         self.log.close()
 
     def summary(self) -> dict | None:

@@ -166,9 +166,10 @@ def plot_gpu_losses_200(results: dict, run: str = "run3", ax=None):
         ax.annotate(f"iterations 1-{SPIKY_START}: up to {earliest:.1f}", (0.02, 0.96), xycoords="axes fraction",
                     va="top", fontsize=8, color="dimgrey")
     ratio = ax.twinx()
-    for (name, losses), style in zip(((k, v) for k, v in curves.items() if k != "bf16"), ("-", ":")):
-        ratio.plot(iterations, [f / b - 1 for f, b in zip(losses, curves["bf16"])], color="grey", linestyle=style,
-                   linewidth=0.8, label=f"{name} / bf16 - 1 (right axis)")
+    fp8 = [(k, v) for k, v in curves.items() if k != "bf16"]  # one FP8 run, or two (run 7)
+    for (name, losses), style in zip(fp8, ("-", ":")[:len(fp8)], strict=True):
+        ratio.plot(iterations, [f / b - 1 for f, b in zip(losses, curves["bf16"], strict=True)], color="grey",
+                   linestyle=style, linewidth=0.8, label=f"{name} / bf16 - 1 (right axis)")
     ratio.axhline(0, color="grey", linewidth=0.5)
     ratio.set_ylabel("fp8 / bf16 - 1", color="grey")
     ax.set_xlabel("iteration")
