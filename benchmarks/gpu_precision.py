@@ -359,7 +359,8 @@ def main():
                 first, again, "iters", "global_batch"):
             res[f"spread_{args.repeat}"] = {
                 "final_loss": again["final_loss_mean10"] / first["final_loss_mean10"] - 1,
-                "test_loss": again["test_loss"] / first["test_loss"] - 1 if first.get("test_loss") else None}
+                "test_loss": again["test_loss"] / first["test_loss"] - 1
+                if first.get("test_loss") and again.get("test_loss") else None}
             print(f"{args.repeat} against itself: {json.dumps(res[f'spread_{args.repeat}'])}", flush=True)
     b = res.get("bf16", {})
     for recipe in ("tensorwise", "delayed", "rowwise"):  # (rowwise: a shorter run, so its loss gap only at equal iterations)

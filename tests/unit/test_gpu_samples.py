@@ -10,7 +10,7 @@ from benchmarks.gpu_precision import GpuSamples
 def fake_nvidia_smi(folder, lines):
     script = folder / "nvidia-smi"
     body = "".join(f"echo '{line}'\n" for line in lines)
-    script.write_text(f"#!/bin/sh\n{body}sleep 30\n")
+    script.write_text(f"#!/bin/sh\n{body}exec sleep 30\n")  # exec: terminate() stops the sleep itself
     script.chmod(0o755)
 
 
