@@ -255,6 +255,19 @@ def comparable(a: dict, b: dict, *keys: str) -> bool:
     return all(a.get(k, old.get(k)) == b.get(k, old.get(k)) is not None for k in keys)
 
 
+def loss_gaps(base: dict, other: dict) -> dict | None:
+    """other's final (mean of the last 10) and test loss relative to base's, or None unless both trained
+    on the same tokens with the same lr: iterations, global batch, data and schedule (micro batch does
+    not matter)."""
+    same_run = all(base.get(k) == other.get(k) for k in ("data", "lr_schedule"))
+    if "final_loss_mean10" not in base or "final_loss_mean10" not in other or not same_run or not comparable(
+            base, other, "iters", "global_batch"):
+        return None
+    return {"final_loss": other["final_loss_mean10"] / base["final_loss_mean10"] - 1,
+            "test_loss": other["test_loss"] / base["test_loss"] - 1
+            if base.get("test_loss") and other.get("test_loss") else None}
+
+
 def held_out(evaluations: list[dict]) -> dict:
     """The run's held-out losses (validation.jsonl): the validation curve [[iteration, loss], ...] and
     the test loss after the last iteration. Unlike the training loss, they do not fall by
@@ -352,16 +365,11 @@ def main():
     if args.repeat:
         precision, recipe = ("bf16", "tensorwise") if args.repeat == "bf16" else ("fp8", "delayed")
         attempt(f"{args.repeat}_repeat", train, precision, recipe, args.iters, *batches)
-        first, again = res.get(args.repeat, {}), res.get(f"{args.repeat}_repeat", {})
         res.pop(f"spread_{args.repeat}", None)
-        same_run = all(first.get(k) == again.get(k) for k in ("data", "lr_schedule"))
-        if "final_loss_mean10" in first and "final_loss_mean10" in again and same_run and comparable(
-                first, again, "iters", "global_batch"):
-            res[f"spread_{args.repeat}"] = {
-                "final_loss": again["final_loss_mean10"] / first["final_loss_mean10"] - 1,
-                "test_loss": again["test_loss"] / first["test_loss"] - 1
-                if first.get("test_loss") and again.get("test_loss") else None}
-            print(f"{args.repeat} against itself: {json.dumps(res[f'spread_{args.repeat}'])}", flush=True)
+        spread = loss_gaps(res.get(args.repeat, {}), res.get(f"{args.repeat}_repeat", {}))
+        if spread:
+            res[f"spread_{args.repeat}"] = spread
+            print(f"{args.repeat} against itself: {json.dumps(spread)}", flush=True)
     b = res.get("bf16", {})
     for recipe in ("tensorwise", "delayed", "rowwise"):  # (rowwise: a shorter run, so its loss gap only at equal iterations)
         f = res.get(f"fp8_{recipe}", {})
@@ -373,14 +381,13 @@ def main():
         if comparable(b, f, "micro_batch", "global_batch", "machine"):  # speed: same layout, same GPU
             res[f"speedup_{recipe}"] = f["tokens_per_s"] / b["tokens_per_s"]
             print(f"fp8 {recipe} / bf16: {res[f'speedup_{recipe}']:.3f}x tokens/s", flush=True)
-        same_run = b.get("data") == f.get("data") and b.get("lr_schedule") == f.get("lr_schedule")
-        if comparable(b, f, "iters", "global_batch") and same_run:  # loss: same tokens and lr seen
-            # (micro batch does not matter)
-            res[f"final_loss_gap_{recipe}"] = f["final_loss_mean10"] / b["final_loss_mean10"] - 1
-            print(f"fp8 {recipe}: final loss gap {res[f'final_loss_gap_{recipe}']:+.4%}", flush=True)
-            if f.get("test_loss") and b.get("test_loss"):
-                res[f"test_loss_gap_{recipe}"] = f["test_loss"] / b["test_loss"] - 1
-                print(f"fp8 {recipe}: test loss gap {res[f'test_loss_gap_{recipe}']:+.4%}", flush=True)
+        gaps = loss_gaps(b, f)
+        if gaps:
+            res[f"final_loss_gap_{recipe}"] = gaps["final_loss"]
+            print(f"fp8 {recipe}: final loss gap {gaps['final_loss']:+.4%}", flush=True)
+            if gaps["test_loss"] is not None:
+                res[f"test_loss_gap_{recipe}"] = gaps["test_loss"]
+                print(f"fp8 {recipe}: test loss gap {gaps['test_loss']:+.4%}", flush=True)
     captured = Path(b.get("run_dir", "")) / "linear_tensors.pt"
     if "recipes" not in skip and captured.exists():
         attempt("recipes_on_layer0", recipes_on, captured)

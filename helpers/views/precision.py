@@ -218,13 +218,13 @@ def step_drift(times: list[float], first=slice(3, 20)) -> list[float]:
     return [t / start - 1 for t in times]
 
 
-def plot_step_drift(results: dict, run: str = "run7", ax=None):
-    """Step time over a 200-iteration run, each precision against its own first iterations (medians
-    of 10), to show the slowdown that short runs do not see."""
+def plot_step_drift(results: dict, ax=None):
+    """Step time over run 7's 200-iteration runs (the first with per-iteration times), each against its
+    own first iterations (medians of 10), to show the slowdown that short runs do not see."""
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 3.5))
     for key, name in RUN7.items():
-        drift = step_drift(results[run][key]["step_times_s"])
+        drift = step_drift(results["run7"][key]["step_times_s"])
         tens = range(0, len(drift) - 9, 10)
         ax.plot([i + 5 for i in tens], [statistics.median(drift[i:i + 10]) for i in tens], marker="o", markersize=3,
                 label=name)
