@@ -56,6 +56,9 @@ EVAL_EVERY = 25  # held-out (validation) loss every 25 iterations; test loss aft
 LR = 3e-4  # peak learning rate (constant in runs 1-6)
 PEAK_BF16 = 989e12  # H100/H200 dense bf16, datasheet
 WARMUP = 3
+# FP8 entries (fp8_<variant>): recipe, and whether the output layer's GEMMs are FP8 too (JobSpec.fp8_output_layer)
+VARIANTS = {"tensorwise": ("tensorwise", False), "delayed": ("delayed", False), "rowwise": ("rowwise", False),
+            "delayed_out": ("delayed", True)}
 
 
 def gemm_check(m=8192, k=2048, n=8192) -> dict:
@@ -198,7 +201,8 @@ class GpuSamples:
 
 
 def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Path, data_dir: str | None,
-          timeout_s: int, schedule: dict, capture: int | None = None, profile: Path | None = None) -> dict:
+          timeout_s: int, schedule: dict, capture: int | None = None, profile: Path | None = None,
+          output_layer: bool = False) -> dict:
     env = {"NCCL_NVLS_ENABLE": "0"}
     if capture:
         env["KIT_CAPTURE_TENSORS"] = str(capture)
@@ -208,6 +212,7 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
     with GpuSamples() as gpu:
         run = launch.run(model="tiny-gpt", model_overrides=MODEL, seq_len=SEQ, micro_batch=micro, global_batch=gbs,
                          iters=iters, lr=LR, **schedule, device="cuda", precision=precision, fp8_recipe=recipe,
+                         fp8_output_layer=output_layer,
                          data="wikitext", data_dir=data_dir, tokenizer="gpt2", seed_checkpoint=False,
                          out=str(out / "runs"), eval_interval=EVAL_EVERY, progress=False, timeout_s=timeout_s,
                          env=env)
@@ -222,6 +227,7 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
     plan = peak_rows(run.spec, peaks)[0]
     model = run.spec.model_preset()
     return {"precision": precision, "recipe": recipe if precision == "fp8" else None, "iters": iters,
+            "fp8_output_layer": output_layer,
             "global_batch": gbs, "micro_batch": micro, "machine": machine(), "step_time_s": step, "tokens_per_s": gbs * SEQ / step, **split,
             "mfu_vs_bf16_peak": mfu(gbs * SEQ / step, model, SEQ, PEAK_BF16), "losses": run.losses,
             "step_times_s": [m["step_time_s"] for m in run.metrics],  # (drift over a long run: run 6)
@@ -317,7 +323,8 @@ def main():
     ap.add_argument("--lr-decay", default="constant", help="JobSpec.lr_decay (runs 1-6: constant)")
     ap.add_argument("--min-lr", type=float, default=0.0, help="JobSpec.min_lr")
     ap.add_argument("--profile", action="store_true", help="torch.profiler tables of each run's last two iterations")
-    ap.add_argument("--skip", default="", help="comma list of gemm,bf16,tensorwise,delayed,rowwise,recipes")
+    ap.add_argument("--skip", default="", help="comma list of gemm,bf16,tensorwise,delayed,rowwise,delayed_out,"
+                    "recipes (delayed_out: delayed with the output layer in FP8 too, JobSpec.fp8_output_layer)")
     ap.add_argument("--merge", type=Path, help="an earlier call's results.json: its entries are kept")
     ap.add_argument("--repeat", choices=("bf16", "fp8_delayed"), help="train this entry again, as <entry>_repeat: "
                     "how far one precision lands from itself (GPU runs are not bit for bit repeatable)")
@@ -358,10 +365,11 @@ def main():
     if "bf16" not in skip:
         attempt("bf16", train, "bf16", "tensorwise", args.iters, *batches,
                 capture=args.iters // 2 if "recipes" not in skip else None, profile=profile("bf16"))
-    for recipe in ("tensorwise", "delayed", "rowwise"):
+    for variant, (recipe, output_layer) in VARIANTS.items():
         iters = args.rowwise_iters if recipe == "rowwise" else args.iters
-        if recipe not in skip and iters:
-            attempt(f"fp8_{recipe}", train, "fp8", recipe, iters, *batches, profile=profile(f"fp8_{recipe}"))
+        if variant not in skip and iters:
+            attempt(f"fp8_{variant}", train, "fp8", recipe, iters, *batches, profile=profile(f"fp8_{variant}"),
+                    output_layer=output_layer)
     if args.repeat:
         precision, recipe = ("bf16", "tensorwise") if args.repeat == "bf16" else ("fp8", "delayed")
         attempt(f"{args.repeat}_repeat", train, precision, recipe, args.iters, *batches)
@@ -371,7 +379,7 @@ def main():
             res[f"spread_{args.repeat}"] = spread
             print(f"{args.repeat} against itself: {json.dumps(spread)}", flush=True)
     b = res.get("bf16", {})
-    for recipe in ("tensorwise", "delayed", "rowwise"):  # (rowwise: a shorter run, so its loss gap only at equal iterations)
+    for recipe in VARIANTS:  # (rowwise: a shorter run, so its loss gap only at equal iterations)
         f = res.get(f"fp8_{recipe}", {})
         res.pop(f"speedup_{recipe}", None)  # a merged file's figures must not outlive a failed re-run
         res.pop(f"final_loss_gap_{recipe}", None)

@@ -71,6 +71,9 @@ class JobSpec(ParallelSizes):
                            "its amax), rowwise (one per row; Hopper and newer, local backend) or delayed (one per "
                            "tensor, from the amaxes of the last 16 steps: no amax pass before each cast)",
                            choices=FP8_RECIPES)
+    fp8_output_layer: bool = knob(False, "with precision=fp8 on the local backend, the output layer's (logits) "
+                                  "GEMMs in FP8 too; off: bf16, as Transformer Engine's recipes keep it "
+                                  "(README 'Precision', run 8, measures both)")
     seed_checkpoint: bool = knob(True, "start from the cached world-size-1 seed checkpoint (same weights in "
                                  "every layout); off = each layout's own random init")
     name: str | None = knob(None, "run-directory prefix; none = <model>-<layout>")

@@ -22,7 +22,7 @@ GROUPS = [  # help sections, by field
                             "lr_warmup_iters", "lr_decay", "lr_decay_iters", "min_lr", "clip_grad", "seed", "moe_dispatcher", "backend", "attention"]),
     ("data", ["data", "tokenizer", "data_dir", "eval_interval", "eval_iters"]),
     ("checkpoints", ["save_interval", "save_dir", "load_dir", "load_optimizer", "eval_only"]),
-    ("where and how", ["device", "precision", "fp8_recipe", "seed_checkpoint", "name", "out", "timeout_s", "stall_timeout_s", "collective_timeout_s",
+    ("where and how", ["device", "precision", "fp8_recipe", "fp8_output_layer", "seed_checkpoint", "name", "out", "timeout_s", "stall_timeout_s", "collective_timeout_s",
                        "env"]),
 ]
 

@@ -26,12 +26,19 @@ def gemm_dimensions(model: ModelPreset, spec: JobSpec) -> dict[str, int]:
         head = model.kv_channels or h // model.num_attention_heads
         dims["(heads + 2 kv_heads) * head_dim / tp"] = (model.num_attention_heads + 2 * model.kv_heads) * head // tp
         dims["heads * head_dim / tp"] = model.num_attention_heads * head // tp
+    if spec.fp8_output_layer:
+        dims["vocab_size / tp (fp8_output_layer)"] = model.vocab_size // tp
     return dims
 
 
 def check(spec: JobSpec, model: ModelPreset, support=None) -> None:
     """Raise InvalidJob unless a precision='fp8' job (device and backend resolved) can run as asked.
     `support`: a hardware.Support (default: this machine's GPU 0)."""
+    if spec.fp8_output_layer and (spec.precision != "fp8" or spec.backend == "te"):
+        raise InvalidJob("fp8_output_layer puts the output layer on the kit's local FP8 GEMMs: it needs "
+                         f"precision='fp8' on the local backend (this job: precision={spec.precision!r}, "
+                         f"backend={spec.backend!r}). Drop fp8_output_layer, or use precision='fp8' with "
+                         "backend='local'")
     if spec.precision != "fp8":
         return
     if spec.device != "cuda":

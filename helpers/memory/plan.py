@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
+from helpers.job.spec import PER_TENSOR_FP8_RECIPES
 from helpers.memory.activations import in_flight, layer_activation
 from helpers.memory.static import (
     StaticMemory,
@@ -161,6 +162,8 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
                 logits += T * V * (4 - B)
                 # backward: the fp32 gradient, its bf16 copy, the output layer's weight gradient
                 logits_transient = T * V * (4 + B) + V * h * B
+            if tr.precision == "fp8" and tr.fp8_output_layer and lay.backend == "local":
+                logits, logits_transient = _fp8_output_layer(tr, T, h, V, B, logits, logits_transient)
             transient = max(transient, logits_transient)
         workspace = CUBLAS_WORKSPACE
         if lay.backend == "local" and tr.attention == "megatron_local" and lay.cp == 1 and any(
@@ -186,6 +189,21 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
             terms["workspace"] += 2 * static.params
         elif tr.precision == "fp8":  # the kit's: two FP8 layouts of each FP8 linear's weight per step (training_step)
             terms["workspace"] += 2 * fp8_linear_numel(model, lay, stage)
+            if tr.fp8_output_layer and stage == lay.pp - 1:
+                terms["workspace"] += 2 * model.vocab_size // tp * h
         stages.append(StagePlan(stage, label, layers[stage], static.params, n_expert, n_flight,
                                 {k: int(v) for k, v in terms.items()}, static))
     return MemoryPlan(model, lay, tr, stages)
+
+
+def _fp8_output_layer(tr: Training, T: int, h: int, V: int, B: int, logits: float,
+                      transient: float) -> tuple[float, float]:
+    """The output layer on the kit's FP8 GEMMs (Training.fp8_output_layer; helpers/precision/fp8_matmul.py):
+    tensorwise and delayed save its input as FP8 (the transposed copy the weight gradient reads,
+    1 byte) instead of bf16, rowwise the bf16 input as before. Its backward holds the bf16 logits
+    gradient with its two FP8 layouts (1 byte each) and the weight gradient; Megatron's fused
+    cross-entropy's fp32 gradient is gone by then (freed once cast to bf16), so that transient only
+    matters with the unfused one."""
+    if tr.fp8_recipe in PER_TENSOR_FP8_RECIPES:
+        logits += T * h * (1 - B)
+    return logits, max(transient, T * V * (B + 2) + V * h * B)

@@ -11,6 +11,7 @@ GiB = 2**30
 class Training:
     precision: str = "bf16"  # bf16 | fp8 | fp32 (fp8: FP8 GEMMs, bf16 weights; TE's or the kit's local ones)
     fp8_recipe: str = "tensorwise"  # the kit's local FP8 linears (helpers/precision/fp8_matmul.py)
+    fp8_output_layer: bool = False  # the kit's local FP8 GEMMs in the output layer too (JobSpec.fp8_output_layer)
     dist_opt: bool = False  # distributed optimizer: main params and Adam states sharded over DP
     recompute: str = "none"  # none | selective (attention core) | full (each layer's input only)
     grad_reduce_in_fp32: bool = True  # the kit's DDP setting (helpers/runtime/build.py)
@@ -37,5 +38,6 @@ class Training:
     def of(cls, spec) -> "Training":
         """The Training a JobSpec runs with (precision resolved: auto means bf16 on GPU, fp32 on CPU)."""
         precision = spec.precision if spec.precision != "auto" else ("fp32" if spec.device == "cpu" else "bf16")
-        return cls(precision=precision, fp8_recipe=spec.fp8_recipe, dist_opt=spec.dist_opt, attention=spec.attention,
+        return cls(precision=precision, fp8_recipe=spec.fp8_recipe,
+                   fp8_output_layer=spec.fp8_output_layer, dist_opt=spec.dist_opt, attention=spec.attention,
                    fused_cross_entropy=spec.device != "cpu")

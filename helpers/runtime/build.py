@@ -16,7 +16,7 @@ from megatron.core.transformer.module import Float16Module
 
 from helpers.job.models import ModelPreset
 from helpers.job.spec import JobSpec
-from helpers.runtime import layer_specs
+from helpers.runtime import fp8_linear, layer_specs
 
 
 def job_fields(spec: JobSpec, on_cpu: bool, bf16: bool) -> dict:
@@ -159,6 +159,9 @@ def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
             vp_stage=vp,
             **gpt_model_options(config, model, spec.seq_len),
         ))
+    if local_fp8_recipe(spec) and spec.fp8_output_layer:
+        for chunk in chunks:
+            fp8_linear.use_in_output_layer(chunk, local_fp8_recipe(spec))
     if local_fp8_recipe(spec) and not any(getattr(m, "fp8_recipe", None) for c in chunks for m in c.modules()):
         raise RuntimeError("precision='fp8' but no linear of this model took the kit's FP8 GEMMs "
                            "(helpers/runtime/fp8_linear.py); refusing to train in bf16 instead")

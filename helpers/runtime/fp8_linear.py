@@ -13,9 +13,11 @@ its input gradient (`copy_to_tensor_model_parallel_region`). One difference: Meg
 those backward collectives with the weight-gradient GEMM (async handles); here they run after it.
 
 Which linears: every ColumnParallelLinear/RowParallelLinear of the attention and dense MLP blocks
-(QKV, output projection, FC1, FC2). The embedding, the output layer (logits), core attention,
-norms, MoE experts and the router stay bf16, as in Transformer Engine's FP8 recipes, where the
-output layer and attention's softmax are not FP8 either."""
+(QKV, output projection, FC1, FC2). The embedding, core attention, norms, MoE experts and the
+router stay bf16, as in Transformer Engine's FP8 recipes, where attention's softmax is not FP8
+either. The output layer (logits) stays bf16 too unless the job asks for it
+(JobSpec.fp8_output_layer, `use_in_output_layer`): it is ~7% of the 1.4B GPT's GEMM work, and its
+input gradient, the softmax's, spans the widest range of any (e5m2 keeps 32 binades of it)."""
 from __future__ import annotations
 
 from functools import cache, partial
@@ -104,3 +106,19 @@ def use_in(layer_spec, recipe: str) -> int:
                 setattr(sub, name, row)
                 swapped += 1
     return swapped
+
+
+def use_in_output_layer(model, recipe: str) -> int:
+    """Give a GPTModel's output layer (a plain ColumnParallelLinear that GPTModel makes itself, not
+    through the layer spec) the FP8 local GEMM, by switching the built module to the FP8 subclass:
+    the same parameters, hooks and state dict, one method replaced. Tied embeddings need nothing
+    more: GPTModel passes the embedding's weight in, and the per-step weight cache keys on the
+    tensor. Returns 1, or 0 for a chunk that has no output layer (not the last pipeline stage)."""
+    layer = getattr(model, "output_layer", None)
+    if layer is None:
+        return 0
+    if type(layer) is not ColumnParallelLinear:
+        raise RuntimeError(f"fp8_output_layer: the output layer is a {type(layer).__name__}, not Megatron's "
+                           "ColumnParallelLinear; the kit's FP8 GEMM replaces only that class's local GEMM")
+    layer.__class__ = linears(recipe)[0]
+    return 1

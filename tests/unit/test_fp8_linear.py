@@ -11,6 +11,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 SCRIPT = """
 import json, torch, torch.distributed as dist
 import megatron.core
@@ -64,19 +66,78 @@ for recipe in ("tensorwise", "delayed"):
     res["weight_grad"] = c.weight.grad is not None and bool(torch.isfinite(c.weight.grad).all())
     res["in_state_dict"] = sorted(k for k in c.state_dict() if "streams" in k)
     out[recipe] = res
+
+# The output layer (JobSpec.fp8_output_layer): a tiny GPTModel's logits through the swapped class,
+# untied and tied to the embedding, against the same model's bf16 logits
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.transformer.module import Float16Module
+
+def gpt(tied, post_process=True):
+    torch.manual_seed(1)
+    return Float16Module(config, GPTModel(  # as the kit's worker wraps it: bf16 throughout
+        config=config, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=96, max_sequence_length=16,
+        share_embeddings_and_output_weights=tied, post_process=post_process))
+
+seen = {}
+def keep(module, args, output):
+    seen["x"], seen["y"] = args[0].detach(), output[0].detach()
+
+tokens = torch.randint(0, 96, (2, 16))
+positions = torch.arange(16).expand(2, 16)
+for tied in (False, True):
+    model = gpt(tied)
+    keys = sorted(model.state_dict())
+    res = {"swapped": fp8_linear.use_in_output_layer(model.module, "tensorwise"),
+           "class": type(model.module.output_layer).__name__, "same_state_dict": sorted(model.state_dict()) == keys}
+    model.module.output_layer.register_forward_hook(keep)
+    with fp8_matmul.training_step():
+        logits = model(tokens, positions, None)
+        logits.float().square().mean().backward()
+    plain = gpt(tied)
+    plain.load_state_dict(model.state_dict())  # the same weights (Megatron's init draws from its own RNG tracker)
+    plain.eval(), model.eval()  # no dropout: the two forwards must see the same activations
+    with torch.no_grad():
+        want, again = plain(tokens, positions, None), model(tokens, positions, None)
+    weight = model.module.shared_embedding_or_output_weight() if tied else model.module.output_layer.weight
+    res["logits_vs_bf16"] = rel(again, want)
+    res["equals_direct"] = torch.equal(seen["y"], fp8_matmul.fp8_matmul(seen["x"], weight, "tensorwise"))
+    res["weight_grad"] = weight.grad is not None and bool(torch.isfinite(weight.grad).all())
+    out[f"output_layer_tied_{tied}"] = res
+out["output_layer_not_last_stage"] = fp8_linear.use_in_output_layer(gpt(False, post_process=False).module, "delayed")
 print(json.dumps(out))
 """
 
 
-def test_megatron_linears_with_the_kit_fp8_gemm_train_two_steps():
+@pytest.fixture(scope="module")
+def got() -> dict:
+    """One process for every check below (its imports cost more than its work)."""
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], capture_output=True, text=True,
                           timeout=300, env={"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "PATH": "",
                                             "PYTHONPATH": ":".join(sys.path)})
     assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
-    for recipe, res in got.items():
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_megatron_linears_with_the_kit_fp8_gemm_train_two_steps(got):
+    for recipe in ("tensorwise", "delayed"):
+        res = got[recipe]
         assert res["same_weights"] and res["weight_grad"] and res["in_state_dict"] == [], (recipe, res)
         for step in ("step0_vs_bf16", "step1_vs_bf16"):  # e4m3 on both GEMM inputs, two linears: percent
             assert 4e-3 < res[step] < 8e-2, (recipe, step, res[step])
     assert got["tensorwise"]["equals_direct"]
     assert got["delayed"]["histories"] == [True, True, True]  # two steps recorded, gradients' too
+
+
+def test_the_output_layer_takes_the_fp8_gemm_untied_and_tied(got):
+    """fp8_output_layer: GPTModel's own output layer (not built from the layer spec) switched to the
+    FP8 class keeps its state dict, computes exactly the kit's FP8 GEMM of its input and weight (the
+    embedding's when tied), lands within FP8's error of the bf16 logits (one e4m3 GEMM: percent;
+    0 would mean it never ran FP8), and gives the weight a finite gradient; a pipeline stage without
+    an output layer is left alone."""
+    for tied in (False, True):
+        res = got[f"output_layer_tied_{tied}"]
+        assert res["swapped"] == 1 and res["class"] == "FP8ColumnParallelLinear" and res["same_state_dict"], res
+        assert res["equals_direct"] and res["weight_grad"], res
+        assert 4e-3 < res["logits_vs_bf16"] < 8e-2, res
+    assert got["output_layer_not_last_stage"] == 0

@@ -58,3 +58,21 @@ def test_under_sp_the_gathered_input_is_saved():
     q_w = 2048 // 2
     # QKV/FC1: T*h FP8 instead of T/2*h bf16 (the same bytes); projection and FC2: half
     assert bf16.terms["activations"] - fp8.terms["activations"] == L * T * (q_w + f)
+
+
+def test_fp8_output_layer_saves_its_input_in_fp8_and_keeps_its_weight_twice():
+    """Training.fp8_output_layer: the output layer's input saved as FP8 (T x h, one byte fewer per
+    element; rowwise keeps bf16), its weight's two FP8 layouts for the step (vocab x h, 1 byte each).
+    Its backward's transient (bf16 logits gradient + two FP8 copies, 4 bytes per logit) stays below
+    the fused cross-entropy's (fp32 gradient + bf16 copy, 6 bytes) but tops the unfused one's (2)."""
+    V = 50304
+    fp8 = stage(Training(precision="fp8"))
+    out = stage(Training(precision="fp8", fp8_output_layer=True))
+    assert differing(out, fp8) == {"logits_loss": -T * H, "workspace": 2 * V * H}
+    rowwise = stage(Training(precision="fp8", fp8_recipe="rowwise"))
+    assert differing(stage(Training(precision="fp8", fp8_recipe="rowwise", fp8_output_layer=True)), rowwise) == {
+        "workspace": 2 * V * H}
+    unfused = stage(Training(precision="fp8", fused_cross_entropy=False))
+    unfused_out = stage(Training(precision="fp8", fused_cross_entropy=False, fp8_output_layer=True))
+    # the unfused backward held the bf16 logits gradient (2 bytes per logit); now also its FP8 copies
+    assert differing(unfused_out, unfused) == {"logits_loss": -T * H, "workspace": 2 * V * H + 2 * T * V}

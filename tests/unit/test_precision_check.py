@@ -100,3 +100,15 @@ def test_fp8_job_swaps_the_transformer_linears():
     assert fp8_linear.delayed_streams(linear) is fp8_linear.delayed_streams(linear) is not None
     assert fp8_linear.delayed_streams(object.__new__(column)) is None
     assert build.te_fp8_fields(dataclasses.replace(spec, backend="te")) == {"fp8": "hybrid", "fp8_recipe": "tensorwise"}
+
+
+def test_fp8_output_layer_needs_local_fp8_and_a_vocabulary_scaled_mm_takes():
+    for spec in (JobSpec(precision="bf16", device="cuda", fp8_output_layer=True),
+                 dataclasses.replace(gpu_job(), backend="te", fp8_output_layer=True)):
+        with pytest.raises(InvalidJob, match=r"fp8_output_layer .* needs precision='fp8' on the local backend"):
+            precision_check.check(spec, spec.model_preset(), HOPPER)
+    odd = gpu_job(fp8_output_layer=True, model_overrides={"vocab_size": 258})  # the byte tokenizer's
+    with pytest.raises(InvalidJob, match=r"vocab_size / tp \(fp8_output_layer\) = 258"):
+        precision_check.check(odd, odd.model_preset(), HOPPER)
+    precision_check.check(dataclasses.replace(odd, fp8_output_layer=False), odd.model_preset(), HOPPER)  # bf16 logits
+    assert cli.parser().parse_args(["--fp8-output-layer"]).fp8_output_layer is True
