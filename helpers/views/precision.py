@@ -139,7 +139,8 @@ def losses_200(results: dict, run: str = "run3") -> tuple[dict, str]:
     """A run's 200-iteration bf16 / FP8 delayed loss curves (same initial weights) and what they ran:
     run 3 on WikiText-2 at global batch 32 (memorised: ~60 passes), run 6 on Python's documentation
     at global batch 64 (8 passes; benchmarks/text_corpus.py), run 7 the same under a warm-up + cosine
-    schedule with FP8 trained twice (its second run: how far FP8 lands from itself)."""
+    schedule with FP8 trained twice (its second run: how far FP8 lands from itself), run 8 the same
+    schedule on one machine with FP8's output layer in FP8 too (JobSpec.fp8_output_layer)."""
     if run == "run3":
         return results["run3"]["losses_200"], "WikiText-2, global batch 32"
     if run == "run7":
@@ -147,6 +148,9 @@ def losses_200(results: dict, run: str = "run3") -> tuple[dict, str]:
         return ({"bf16": run7["bf16"]["losses"], "fp8_delayed": run7["fp8_delayed"]["losses"],
                  "fp8_delayed (again)": run7["fp8_delayed_repeat"]["losses"]},
                 "Python docs, global batch 64, warm-up + cosine")
+    if run == "run8":
+        return ({name: results["run8"][key]["losses"] for key, name in RUN8.items()},
+                "Python docs, global batch 64, warm-up + cosine, one GPU")
     pair = results["run6"]["call1_2_pydocs_200"]
     return {k: pair[k]["losses"] for k in ("bf16", "fp8_delayed")}, "Python docs, global batch 64"
 
@@ -166,7 +170,7 @@ def plot_gpu_losses_200(results: dict, run: str = "run3", ax=None):
         ax.annotate(f"iterations 1-{SPIKY_START}: up to {earliest:.1f}", (0.02, 0.96), xycoords="axes fraction",
                     va="top", fontsize=8, color="dimgrey")
     ratio = ax.twinx()
-    fp8 = [(k, v) for k, v in curves.items() if k != "bf16"]  # one FP8 run, or two (run 7)
+    fp8 = [(k, v) for k, v in curves.items() if k != "bf16"]  # one FP8 run, or two (runs 7 and 8)
     for (name, losses), style in zip(fp8, ("-", ":")[:len(fp8)], strict=True):
         ratio.plot(iterations, [f / b - 1 for f, b in zip(losses, curves["bf16"], strict=True)], color="grey",
                    linestyle=style, linewidth=0.8, label=f"{name} / bf16 - 1 (right axis)")
@@ -212,19 +216,69 @@ def gpu_run7_table(results: dict) -> Table:
                  for r in [run7[key]])
 
 
+RUN8 = {"bf16": "bf16", "fp8_delayed": "fp8 delayed", "fp8_delayed_out": "fp8 delayed + output layer"}
+
+
+def gpu_run8_table(results: dict) -> Table:
+    """Run 8's three 200-iteration runs on one GPU (warm-up + cosine schedule): speed ratios within one
+    machine, losses against bf16, peak memory against the planner's (README, "Precision")."""
+    run8 = results["run8"]
+    base = run8["bf16"]
+    return Table({"run": name, "step s": r["step_time_s"], "tokens/s": r["tokens_per_s"],
+                  "vs bf16 (same machine)": f"{r['tokens_per_s'] / base['tokens_per_s']:.3f}x",  # 1.284 is not 1.3
+                  "final loss (last 10)": r["final_loss_mean10"],
+                  "vs bf16": r["final_loss_mean10"] / base["final_loss_mean10"] - 1,
+                  "test vs bf16": r["test_loss"] / base["test_loss"] - 1,
+                  "peak allocated GiB": r["max_allocated_bytes"] / 2**30, "planned GiB": r["planned_bytes"] / 2**30}
+                 for key, name in RUN8.items() for r in [run8[key]])
+
+
+def training_seconds(entry: dict, busy_w: float = 600.0) -> list[list[float]]:
+    """The per-second GPU samples (SM MHz, W, °C) of a job's training: those drawing more than `busy_w`
+    (starting the job and compiling its kernels draw under 200 W, training at the 700 W limit)."""
+    return [row for row in entry["gpu_samples"]["per_second"] if row[1] > busy_w]
+
+
+def plot_gpu_clocks(results: dict, run: str = "run8", axes=None):
+    """SM clock and power of each job of a run over its training seconds (medians of 10 s), under the
+    GPU's power limit: steps are power-bound, and the clock falls as the GPU warms."""
+    if axes is None:
+        _, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    entries = results[run]
+    for key, name in RUN8.items():
+        rows = training_seconds(entries[key])
+        tens = range(0, len(rows) - 9, 10)
+        for ax, column in zip(axes, (0, 1), strict=True):
+            ax.plot([i + 5 for i in tens], [statistics.median(r[column] for r in rows[i:i + 10]) for i in tens],
+                    label=name, linewidth=1.2)
+    axes[1].axhline(entries["power_limit_w"], color="grey", linestyle="--", linewidth=0.8)
+    axes[1].annotate("power limit", (0.02, entries["power_limit_w"]), xycoords=("axes fraction", "data"),
+                     va="bottom", fontsize=8, color="dimgrey")
+    for ax, label in zip(axes, ("SM clock MHz", "power W"), strict=True):
+        ax.set_xlabel("second of training")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[1].set_ylim(600, entries["power_limit_w"] * 1.02)
+    axes[0].legend(fontsize=8)
+    axes[0].set_title(f"SM clock (max {entries['sm_clock_max_mhz']:.0f} MHz)", fontsize=10)
+    axes[1].set_title("power draw", fontsize=10)
+    return axes
+
+
 def step_drift(times: list[float], first=slice(3, 20)) -> list[float]:
     """Each iteration's step time against the median of iterations 4-20 (a GPU that has just started)."""
     start = statistics.median(times[first])
     return [t / start - 1 for t in times]
 
 
-def plot_step_drift(results: dict, ax=None):
-    """Step time over run 7's 200-iteration runs (the first with per-iteration times), each against its
-    own first iterations (medians of 10), to show the slowdown that short runs do not see."""
+def plot_step_drift(results: dict, run: str = "run7", ax=None):
+    """Step time over a run's 200-iteration jobs (run 7: the first with per-iteration times; run 8: one
+    GPU), each against its own first iterations (medians of 10), to show the slowdown that short runs
+    do not see."""
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 3.5))
-    for key, name in RUN7.items():
-        drift = step_drift(results["run7"][key]["step_times_s"])
+    for key, name in (RUN7 if run == "run7" else RUN8).items():
+        drift = step_drift(results[run][key]["step_times_s"])
         tens = range(0, len(drift) - 9, 10)
         ax.plot([i + 5 for i in tens], [statistics.median(drift[i:i + 10]) for i in tens], marker="o", markersize=3,
                 label=name)
