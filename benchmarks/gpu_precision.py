@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 
 from helpers import launch  # noqa: E402
 from helpers.job.flops import mfu  # noqa: E402
+from benchmarks.gpu_samples import GpuSamples  # noqa: E402
 from helpers.memory.vs_measured import peak_rows  # noqa: E402
 
 MODEL = dict(num_layers=24, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192,
@@ -156,48 +157,6 @@ def quantiser_check(x) -> dict:
     out["exact"] = out["nan_positions_equal"] and all(v == 0 for r in out.values() if isinstance(r, dict)
                                                       for v in r.values())
     return out
-
-
-class GpuSamples:
-    """The GPU's SM clock (MHz), power (W) and temperature (C) once a second while a job runs, from
-    nvidia-smi: run 7's steps slowed between iterations 25 and 75 and then held (FP8 by 2.4-2.7%,
-    bf16 by 1.2%), the shape of clocks settling under sustained load; these samples say whether that is it."""
-    QUERY = ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu", "--format=csv,noheader,nounits",
-             "-lms", "1000"]
-
-    def __enter__(self):
-        import shutil
-        import subprocess
-        import tempfile
-        self.log = tempfile.TemporaryFile("w+")
-        self.proc = subprocess.Popen(self.QUERY, stdout=self.log, stderr=subprocess.DEVNULL) \
-            if shutil.which("nvidia-smi") else None
-        return self
-
-    def __exit__(self, *exc):
-        self.rows = []
-        if self.proc:
-            self.proc.terminate()
-            self.proc.wait()
-            self.log.seek(0)
-            for line in self.log:
-                try:
-                    row = [float(v) for v in line.split(",")]
-                except ValueError:  # "[N/A]"
-                    continue
-                if len(row) == 3:  # (not a line cut off by terminate())
-                    self.rows.append(row)
-        self.log.close()
-
-    def summary(self) -> dict | None:
-        """Per-second samples and their medians over the first and the last minute."""
-        if not self.rows:
-            return None
-        names = ("sm_mhz", "power_w", "temperature_c")
-        first, last = self.rows[:60], self.rows[-60:]
-        return {"per_second": self.rows, "columns": list(names),
-                "first_minute": {n: statistics.median(r[i] for r in first) for i, n in enumerate(names)},
-                "last_minute": {n: statistics.median(r[i] for r in last) for i, n in enumerate(names)}}
 
 
 def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Path, data_dir: str | None,
@@ -379,23 +338,23 @@ def main():
             res[f"spread_{args.repeat}"] = spread
             print(f"{args.repeat} against itself: {json.dumps(spread)}", flush=True)
     b = res.get("bf16", {})
-    for recipe in VARIANTS:  # (rowwise: a shorter run, so its loss gap only at equal iterations)
-        f = res.get(f"fp8_{recipe}", {})
-        res.pop(f"speedup_{recipe}", None)  # a merged file's figures must not outlive a failed re-run
-        res.pop(f"final_loss_gap_{recipe}", None)
-        res.pop(f"test_loss_gap_{recipe}", None)
+    for variant in VARIANTS:  # (rowwise: a shorter run, so its loss gap only at equal iterations)
+        f = res.get(f"fp8_{variant}", {})
+        res.pop(f"speedup_{variant}", None)  # a merged file's figures must not outlive a failed re-run
+        res.pop(f"final_loss_gap_{variant}", None)
+        res.pop(f"test_loss_gap_{variant}", None)
         if "tokens_per_s" not in b or "tokens_per_s" not in f:
             continue
         if comparable(b, f, "micro_batch", "global_batch", "machine"):  # speed: same layout, same GPU
-            res[f"speedup_{recipe}"] = f["tokens_per_s"] / b["tokens_per_s"]
-            print(f"fp8 {recipe} / bf16: {res[f'speedup_{recipe}']:.3f}x tokens/s", flush=True)
+            res[f"speedup_{variant}"] = f["tokens_per_s"] / b["tokens_per_s"]
+            print(f"fp8 {variant} / bf16: {res[f'speedup_{variant}']:.3f}x tokens/s", flush=True)
         gaps = loss_gaps(b, f)
         if gaps:
-            res[f"final_loss_gap_{recipe}"] = gaps["final_loss"]
-            print(f"fp8 {recipe}: final loss gap {gaps['final_loss']:+.4%}", flush=True)
+            res[f"final_loss_gap_{variant}"] = gaps["final_loss"]
+            print(f"fp8 {variant}: final loss gap {gaps['final_loss']:+.4%}", flush=True)
             if gaps["test_loss"] is not None:
-                res[f"test_loss_gap_{recipe}"] = gaps["test_loss"]
-                print(f"fp8 {recipe}: test loss gap {gaps['test_loss']:+.4%}", flush=True)
+                res[f"test_loss_gap_{variant}"] = gaps["test_loss"]
+                print(f"fp8 {variant}: test loss gap {gaps['test_loss']:+.4%}", flush=True)
     captured = Path(b.get("run_dir", "")) / "linear_tensors.pt"
     if "recipes" not in skip and captured.exists():
         attempt("recipes_on_layer0", recipes_on, captured)

@@ -149,7 +149,7 @@ def losses_200(results: dict, run: str = "run3") -> tuple[dict, str]:
                  "fp8_delayed (again)": run7["fp8_delayed_repeat"]["losses"]},
                 "Python docs, global batch 64, warm-up + cosine")
     if run == "run8":
-        return ({name: results["run8"][key]["losses"] for key, name in RUN8.items()},
+        return ({name: results["run8"][key]["losses"] for key, name in RUN_JOBS["run8"].items()},
                 "Python docs, global batch 64, warm-up + cosine, one GPU")
     pair = results["run6"]["call1_2_pydocs_200"]
     return {k: pair[k]["losses"] for k in ("bf16", "fp8_delayed")}, "Python docs, global batch 64"
@@ -217,6 +217,7 @@ def gpu_run7_table(results: dict) -> Table:
 
 
 RUN8 = {"bf16": "bf16", "fp8_delayed": "fp8 delayed", "fp8_delayed_out": "fp8 delayed + output layer"}
+RUN_JOBS = {"run7": RUN7, "run8": RUN8}  # the 200-iteration jobs of the runs with per-iteration and per-second records
 
 
 def gpu_run8_table(results: dict) -> Table:
@@ -239,13 +240,24 @@ def training_seconds(entry: dict, busy_w: float = 600.0) -> list[list[float]]:
     return [row for row in entry["gpu_samples"]["per_second"] if row[1] > busy_w]
 
 
+def clocks(entry: dict) -> dict:
+    """Medians of a job's SM clock, power and temperature over its first 30 and last 60 seconds of training,
+    and its SM clock and power over all of it (what docs/precision_gpu_results.json records as run 8's
+    clocks_during_training)."""
+    rows = training_seconds(entry)
+    names = ("sm_mhz", "power_w", "temperature_c")
+    over = lambda part, n: {name: statistics.median(r[i] for r in part) for i, name in enumerate(names[:n])}  # noqa: E731
+    return {"training_seconds": len(rows), "first_30s": over(rows[:30], 3), "last_60s": over(rows[-60:], 3),
+            "all": over(rows, 2)}
+
+
 def plot_gpu_clocks(results: dict, run: str = "run8", axes=None):
     """SM clock and power of each job of a run over its training seconds (medians of 10 s), under the
     GPU's power limit: steps are power-bound, and the clock falls as the GPU warms."""
     if axes is None:
         _, axes = plt.subplots(1, 2, figsize=(10, 3.5))
     entries = results[run]
-    for key, name in RUN8.items():
+    for key, name in RUN_JOBS[run].items():
         rows = training_seconds(entries[key])
         tens = range(0, len(rows) - 9, 10)
         for ax, column in zip(axes, (0, 1), strict=True):
@@ -277,7 +289,7 @@ def plot_step_drift(results: dict, run: str = "run7", ax=None):
     do not see."""
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 3.5))
-    for key, name in (RUN7 if run == "run7" else RUN8).items():
+    for key, name in RUN_JOBS[run].items():
         drift = step_drift(results[run][key]["step_times_s"])
         tens = range(0, len(drift) - 9, 10)
         ax.plot([i + 5 for i in tens], [statistics.median(drift[i:i + 10]) for i in tens], marker="o", markersize=3,
