@@ -1,5 +1,6 @@
 # Two commands for a newcomer: `make demo` (a TP=2 x DP=2 CPU job on real text that saves, reloads and
-# validates: the report card shows all eight checks) and `make test` (the whole suite).
+# validates: the report card shows all eight checks) and `make test` (the whole suite). `make check` is
+# the fast tier to run after every change: the unit tests (no torchrun jobs, no notebooks).
 # Both create .venv with Python 3.12 on first use and install the kit into it; later runs skip the
 # install unless pyproject.toml changed (the stamp file carries its hash).
 SHELL := /bin/bash
@@ -14,7 +15,7 @@ PYTHON312 ?= $(shell \
     ls -d "$$(pyenv root)"/versions/3.12*/bin/python3.12 | sort -V | tail -n 1; \
   fi)
 
-.PHONY: install demo test lab clean-runs
+.PHONY: install demo check test lab clean-runs
 
 install: $(STAMP)
 
@@ -36,6 +37,9 @@ $(STAMP): pyproject.toml
 
 demo: install
 	$(PY) -m helpers --tp 2 --nproc 4 --iters 5 --data wikitext --save-interval 5
+
+check: install
+	$(PY) -m pytest -q tests/unit --durations=10
 
 test: install
 	$(PY) -m pytest -q tests --durations=25

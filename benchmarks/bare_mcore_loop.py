@@ -55,10 +55,10 @@ def build(cfg: dict):
     layer = get_gpt_layer_local_spec(num_experts=m.get("num_experts"), moe_grouped_gemm=False,
                                      normalization=config.normalization)
     if fused:  # the kit's compiled rotary embedding, as the kit's worker uses on GPU
-        from helpers.runtime import compiled_rope
-        compiled_rope.install()
+        from helpers.runtime.layers import rotary
+        rotary.install()
     if cfg["attention"] == "sdpa":
-        from helpers.runtime.attention.core import SDPACoreAttention
+        from helpers.runtime.layers.attention.core import SDPACoreAttention
         layer.submodules.self_attention.submodules.core_attention = SDPACoreAttention
     model = GPTModel(config=config, transformer_layer_spec=layer, vocab_size=m["vocab_size"],
                      max_sequence_length=cfg["seq_len"], position_embedding_type="rope",

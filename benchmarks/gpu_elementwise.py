@@ -4,8 +4,8 @@
 forward + backward. FP8 makes the GEMMs ~2x faster, so these take a growing share of its step
 (README "Precision"); every ms saved here counts for both precisions.
 
-  rotary: Megatron's unfused function | the kit's compiled rotary (helpers/runtime/compiled_rope.py) |
-          the kit's Triton rotary (helpers/runtime/rope_triton.py), values and gradients checked
+  rotary: Megatron's unfused function | the kit's compiled rotary (helpers/runtime/layers/rotary.py) |
+          the kit's Triton rotary (helpers/runtime/layers/rotary_triton.py), values and gradients checked
           against Megatron's; the bytes a fused kernel must move, as a floor
   norm:   torch.nn.LayerNorm | the same module under torch.compile
 
@@ -39,7 +39,8 @@ def rotary_cases(s=2048, b=16, heads=16, dim=128) -> dict:
     from megatron.core.models.common.embeddings import rope_utils
     from megatron.core.transformer import TransformerConfig
 
-    from helpers.runtime import compiled_rope, rope_triton
+    from helpers.runtime.layers import rotary as compiled_rope
+    from helpers.runtime.layers import rotary_triton as rope_triton
 
     cfg = TransformerConfig(num_layers=1, hidden_size=heads * dim, num_attention_heads=heads)
     mixed = torch.randn(s, b, heads, 3 * dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)

@@ -1,5 +1,5 @@
 """Hybrid Mamba-2/attention/MoE (Nemotron-H) on one GPU (issue 13, item 6): the kit's pure-torch
-Mamba-2 (helpers/runtime/mamba/) on CUDA, and the memory planner's peak against torch's measured
+Mamba-2 (helpers/runtime/layers/mamba/) on CUDA, and the memory planner's peak against torch's measured
 peak for several layouts of a random Nemotron-H imported through Megatron-Bridge (NCCL, bf16).
 Writes OUT/results.json; the plan is computed here too (the planner needs no GPU).
 
@@ -25,7 +25,7 @@ from helpers import launch  # noqa: E402
 from helpers.job.layout import Layout  # noqa: E402
 from helpers.launch import tiny_hf  # noqa: E402
 from helpers.memory.vs_measured import peak_rows  # noqa: E402
-from helpers.runtime.mamba import ssd  # noqa: E402
+from helpers.runtime.layers.mamba import ssd  # noqa: E402
 
 ENV = {"NCCL_NVLS_ENABLE": "0"}
 # Nemotron-H widths at 8 layers: Mamba 32 heads x 64 (inner 2 x hidden), 8 groups, state 128, chunk 128;

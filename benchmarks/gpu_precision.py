@@ -1,4 +1,4 @@
-"""Precision on one GPU: the kit's FP8 training (precision='fp8', helpers/runtime/fp8_linear.py)
+"""Precision on one GPU: the kit's FP8 training (precision='fp8', helpers/runtime/layers/fp8_linear.py)
 against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocation.
 
   1. the FP8 GEMMs themselves: `torch._scaled_mm` (tensorwise, rowwise) against the same code with
@@ -45,9 +45,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.gpu_samples import GpuSamples  # noqa: E402
 from helpers import launch  # noqa: E402
 from helpers.job.flops import mfu  # noqa: E402
-from benchmarks.gpu_samples import GpuSamples  # noqa: E402
 from helpers.memory.vs_measured import peak_rows  # noqa: E402
 
 MODEL = dict(num_layers=24, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192,

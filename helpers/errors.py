@@ -42,10 +42,6 @@ class InvalidJob(KitError, ValueError):
     def names(self) -> list[str]:
         return [v.name for v in self.violations]
 
-    @classmethod
-    def from_layout(cls, err: InvalidLayout) -> "InvalidJob":
-        return cls(str(err), err.violations)
-
 
 class CheckpointError(KitError, RuntimeError):
     """A checkpoint cannot be loaded; the message names the path, the problem and the fix.

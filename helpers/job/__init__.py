@@ -1,7 +1,11 @@
-"""What a job is, as plain data that both sides import (no torch, no Megatron at import time):
-sizes.py (ParallelSizes: the one copy of the parallel sizes and what derives from them),
-spec.py (JobSpec: everything a run needs), layout.py (Layout: sizes on nodes, validation, rank
-grids), rules.py (the named constraints), models.py (presets), data_source.py and tokenizer.py
-(where text comes from), paths.py (where the kit keeps things); and import_phase.py (heavy imports
-with the garbage collector paused, then frozen: the ranks' and torchrun's, so here, where both
-sides may import it)."""
+"""What a job is and what it reads, as plain data that both sides import (no torch, no Megatron at
+import time):
+  sizes.py          ParallelSizes: the one copy of the parallel sizes and what derives from them
+  spec.py           JobSpec: everything a run needs (one doc line per field)
+  layout.py         Layout: sizes on nodes, validation, rank grids
+  rules/            every check before a process starts, one entry (resolve, check)
+  models.py         model presets                hf_model.py       a Hugging Face folder's config.json
+  data_source.py    where text comes from        tokenizer.py      the tokenizers
+  checkpoint_dir.py checkpoint folders on disk   paths.py          where the kit keeps things
+  flops.py          training FLOPs per token     import_phase.py   heavy imports, collector paused
+(import_phase is here, where both sides may import it: the ranks' and torchrun's imports.)"""

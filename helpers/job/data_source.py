@@ -172,6 +172,26 @@ def _sft_files(p: Path) -> Source:
     return Source("sft", "local", files, splits)
 
 
+def sft_splits(src: Source) -> dict[str, list[dict]]:
+    """SFT examples per split: a .jsonl file split by order (80/10/10), a folder's train.jsonl
+    (+ valid/test, else the last tenths of train), or the generated set. Raises ValueError naming
+    the file and line of an example that does not parse."""
+    if src.origin == GENERATED:
+        return {s: sft_examples(s) for s in ("train", "valid", "test")}
+    if "jsonl" in src.files:
+        rows = read_jsonl(Path(src.files["jsonl"]))
+        a, b = int(len(rows) * 0.8), int(len(rows) * 0.9)
+        return {"train": rows[:a], "valid": rows[a:b], "test": rows[b:]}
+    rows = {s: read_jsonl(Path(p)) for s, p in src.files.items()}
+    train = rows["train"]
+    tenth = max(1, len(train) // 10)
+    for i, s in enumerate(("valid", "test")):
+        if s not in rows:
+            rows[s] = train[len(train) - (2 - i) * tenth:len(train) - (1 - i) * tenth]
+    rows["train"] = train[:len(train) - tenth * sum(s not in src.files for s in ("valid", "test"))]
+    return rows
+
+
 def describe(src: Source, tokenizer_name: str) -> dict:
     """For the manifest: the source, its split assignment and the SHA-256 of every file."""
     out = src.to_dict()
@@ -289,26 +309,12 @@ def articles(text: str) -> list[str]:
     return ["".join(lines[a:b]) for a, b in zip(cuts, cuts[1:] + [len(lines)])]
 
 
-def check(spec, model_vocab: int) -> dict | None:
-    """Runner-side check of a job's data fields before any process starts. Returns the manifest's
-    `data` record (source, splits, SHA-256 of every file, tokenizer) with `pinned_data_dir`, the
-    data_dir value that makes a rerun read the same source; None for synthetic data."""
-    if spec.data not in DATA_KINDS:
-        raise ValueError(f"data must be one of {', '.join(DATA_KINDS)}, not {spec.data!r}")
+def record(spec) -> dict | None:
+    """The manifest's `data` record of a checked job (helpers/job/rules/data.py): source, splits,
+    SHA-256 of every file, tokenizer, and `pinned_data_dir`, the data_dir value that makes a rerun
+    read the same source; None for synthetic data."""
     if spec.data == "synthetic":
         return None
-    if spec.tokenizer not in tokenizer.NAMES:
-        raise ValueError(f"unknown tokenizer {spec.tokenizer!r}; choose one of {', '.join(tokenizer.NAMES)}")
-    need = tokenizer.vocab_size(spec.tokenizer)
-    if need > model_vocab:
-        padded = -(-need // 128) * 128
-        raise ValueError(f"tokenizer {spec.tokenizer!r} has {need} tokens but model {spec.model!r} has "
-                         f"vocab_size {model_vocab}. Fix: model_overrides={{'vocab_size': {padded}}} "
-                         f"(the tokenizer's size padded to a multiple of 128), or tokenizer='byte' "
-                         f"({tokenizer.vocab_size('byte')} tokens, fits the tiny presets)")
-    if spec.eval_iters < 1 or spec.eval_interval < 0:
-        raise ValueError(f"eval_iters must be >= 1 and eval_interval >= 0 (0 = validate after the last "
-                         f"iteration only), not {spec.eval_iters} and {spec.eval_interval}")
     src = resolve(spec.data, spec.data_dir)
     out = describe(src, spec.tokenizer)
     out["pinned_data_dir"] = pinned_data_dir(src)

@@ -1,7 +1,7 @@
 """A Hugging Face model folder, as the notebook side sees it: its config.json read as plain JSON
 (no torch, no transformers), checked, and described as a ModelPreset so the layout rules, the
 memory planner and the run records treat an imported model like a preset. The worker imports the
-weights through Megatron-Bridge (helpers/runtime/hf_import.py, hf_weights.py).
+weights through Megatron-Bridge (helpers/runtime/hf/config.py, hf_weights.py).
 
 Architectures: the ones the kit builds and tests on its local backend (tests/jobs/test_hf_import.py).
 Megatron-Bridge 0.6.2 registers more (Mistral, Gemma, GPT-OSS, ...); they are refused
@@ -14,6 +14,7 @@ from pathlib import Path
 
 from helpers.errors import InvalidJob
 from helpers.job.models import ModelPreset
+from helpers.job.rules.violation import Found, Violation
 
 ARCHITECTURES = {  # HF architecture -> what it exercises in the kit's builder
     "LlamaForCausalLM": "GQA, SwiGLU, rotary base",
@@ -28,31 +29,45 @@ WEIGHT_SUFFIXES = (".safetensors",)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
-def read_config(folder: str | Path) -> dict:
-    """config.json of a local HF folder; InvalidJob naming the problem and the fix otherwise."""
+def problems(folder: str | Path) -> list[Violation]:
+    """What stops the kit from importing the HF folder (rules/hf.py reports them with the job's other
+    problems): no folder, no config.json, unreadable JSON, an architecture the kit does not build,
+    no safetensors weights."""
+    v = Found("hf")
     folder = Path(folder).expanduser()
     if not folder.is_dir():
-        raise InvalidJob(f"hf_model={str(folder)!r} is not a folder: give the local folder of a Hugging Face "
-                         "model (config.json + *.safetensors), e.g. one saved with save_pretrained() or "
-                         "made by helpers.launch.tiny_hf.make(); the kit never downloads")
+        v.add("hf_model_not_a_folder", f"hf_model={str(folder)!r} is not a folder",
+              "give the local folder of a Hugging Face model (config.json + *.safetensors), e.g. one saved with "
+              "save_pretrained() or made by helpers.launch.tiny_hf.make(); the kit never downloads")
+        return v
     path = folder / CONFIG
     if not path.is_file():
-        raise InvalidJob(f"hf_model folder {str(folder)!r} has no {CONFIG}: it is not a Hugging Face model "
-                         "folder (save one with model.save_pretrained(folder))")
+        v.add("hf_model_no_config", f"hf_model folder {str(folder)!r} has no {CONFIG}: it is not a Hugging Face "
+              "model folder", "save one with model.save_pretrained(folder)")
+        return v
     try:
         config = json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise InvalidJob(f"{path} cannot be read as JSON ({e}); re-save the model with save_pretrained()") from None
+        v.add("hf_model_config_unreadable", f"{path} cannot be read as JSON ({e})",
+              "re-save the model with save_pretrained()")
+        return v
     architectures = config.get("architectures") or []
-    known = [a for a in architectures if a in ARCHITECTURES]
-    if not known:
-        raise InvalidJob(f"{path}: architecture {architectures or '(none listed)'} is not one the kit imports; "
-                         f"supported: {', '.join(ARCHITECTURES)} (Megatron-Bridge maps them onto the kit's "
-                         "local-backend builder); convert another model with Megatron-Bridge directly")
+    if not any(a in ARCHITECTURES for a in architectures):
+        v.add("hf_architecture_not_built", f"{path}: architecture {architectures or '(none listed)'} is not one the "
+              f"kit imports; supported: {', '.join(ARCHITECTURES)} (Megatron-Bridge maps them onto the kit's "
+              "local-backend builder)", "convert another model with Megatron-Bridge directly")
     if not any(f.suffix in WEIGHT_SUFFIXES for f in folder.iterdir()):
-        raise InvalidJob(f"hf_model folder {str(folder)!r} has no *.safetensors weights; save the model with "
-                         "save_pretrained() (safetensors is its default)")
-    return config
+        v.add("hf_model_no_weights", f"hf_model folder {str(folder)!r} has no *.safetensors weights",
+              "save the model with save_pretrained() (safetensors is its default)")
+    return v
+
+
+def read_config(folder: str | Path) -> dict:
+    """config.json of a local HF folder; InvalidJob naming the problems and the fixes otherwise."""
+    found = problems(folder)
+    if found:
+        raise InvalidJob("\n".join(str(p) for p in found), found)
+    return json.loads((Path(folder).expanduser() / CONFIG).read_text())
 
 
 def has_tokenizer(folder: str | Path) -> bool:

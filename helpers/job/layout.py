@@ -2,7 +2,7 @@
 whether they fit a model, and which rank lands in which group.
 
 `Layout.validate(model)` returns every violated constraint (name, numbers, suggested fix; the
-rules live in helpers/job/rules.py); `Layout.check(model)` raises one `InvalidLayout` listing
+rules live in helpers/job/rules/); `Layout.check(model)` raises one `InvalidLayout` listing
 them all. The job runner calls it before any process starts. `Layout.rank_groups()` asks
 Megatron-Core's own RankGenerator, the code `initialize_model_parallel` runs, so the prediction
 cannot drift from what a live job gets."""
@@ -14,8 +14,10 @@ import warnings
 from dataclasses import dataclass
 
 from helpers.errors import InvalidLayout
-from helpers.job import rules
 from helpers.job.models import ModelPreset
+from helpers.job.rules import builder
+from helpers.job.rules import layout as rules
+from helpers.job.rules.violation import Violation
 from helpers.job.sizes import ParallelSizes, knob
 from helpers.job.spec import JobSpec
 
@@ -55,10 +57,14 @@ class Layout(ParallelSizes):
                 f"experts ETP{self.expert_tp} EP{self.ep} EDP{self.edp} PP{self.pp}")
 
     # ---- validation ----------------------------------------------------------------
-    def validate(self, model: ModelPreset, devices: int | None = None) -> list[rules.Violation]:
-        """Every constraint this layout breaks for `model` (empty list = valid).
-        `devices`: accelerators available (None = CPU processes, no limit)."""
-        return rules.check_all(self, model, devices)
+    def validate(self, model: ModelPreset, devices: int | None = None) -> list[Violation]:
+        """Every constraint this layout breaks for `model` (empty list = valid): the layout rules and
+        what the backend builds (helpers/job/rules/layout.py, builder.py). `devices`: accelerators
+        available (None = CPU processes, no limit)."""
+        found = rules.sizes(self, model, devices)
+        if found:
+            return found  # the other rules divide by these sizes
+        return rules.check(self, model, devices) + builder.layout(self, model, devices)
 
     def check(self, model: ModelPreset, devices: int | None = None) -> None:
         problems = self.validate(model, devices)

@@ -10,13 +10,14 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from helpers.job.backend import BACKENDS
 from helpers.job.sizes import ParallelSizes, knob
 from helpers.job.tokenizer import NAMES as TOKENIZERS
 
 DATA_KINDS = ("synthetic", "wikitext", "sft")
-ATTENTION_KINDS = ("sdpa", "megatron_local")
+DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16", "fp8")
+BACKENDS = ("auto", "local", "te")  # local: Megatron's local layer spec + the kit's modules; te: Megatron's TE spec
+ATTENTION_KINDS = ("auto", "sdpa", "megatron_local", "transformer_engine")
 LR_DECAYS = ("constant", "linear", "cosine")  # Megatron's OptimizerParamScheduler styles the kit offers
 FP8_RECIPES = ("tensorwise", "rowwise", "delayed")  # helpers/precision/fp8_matmul.py
 PER_TENSOR_FP8_RECIPES = ("tensorwise", "delayed")  # one scale per tensor: the same GEMMs and saved tensors
@@ -26,7 +27,6 @@ FP8_LINEARS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")  # the l
 @dataclass(frozen=True)
 class JobSpec(ParallelSizes):
     dist_opt: bool = knob(False, "distributed optimizer: optimizer state sharded over data-parallel ranks")
-    micro_batch: int = knob(2, "sequences per microbatch")
     # ---- model and training
     model: str = knob("tiny-gpt", "model preset (helpers/job/models.py)")
     model_overrides: dict = knob(dict, "preset fields to change, e.g. num_layers=2", cli="keyvalue")
@@ -50,10 +50,11 @@ class JobSpec(ParallelSizes):
     backend: str = knob("auto", "layer implementation: auto = Megatron's Transformer Engine spec when "
                         "transformer_engine is installed and the job runs on GPU, else local (the kit's modules on "
                         "Megatron's local spec); te is not tested on this kit's machines", choices=BACKENDS)
-    attention: str = knob("sdpa", "core attention: sdpa = the kit's on torch's fused scaled_dot_product_attention "
-                          "(helpers/runtime/attention/); megatron_local = Megatron's local DotProductAttention "
-                          "(materialises every score matrix); cp > 1 always uses the kit's context-parallel "
-                          "attention on SDPA", choices=ATTENTION_KINDS)
+    attention: str = knob("auto", "core attention: auto = sdpa on the local backend, Transformer Engine's on te; "
+                          "sdpa = the kit's on torch's fused scaled_dot_product_attention, its context-parallel "
+                          "form when cp > 1 (helpers/runtime/layers/attention/); megatron_local = Megatron's "
+                          "local DotProductAttention (materialises every score matrix; no CP, no MLA)",
+                          choices=ATTENTION_KINDS)
     # ---- data (helpers/job/data_source.py; worker side helpers/runtime/data.py)
     data: str = knob("synthetic", "synthetic tokens, WikiText-2 (continued pretraining) or prompt/response SFT",
                      choices=DATA_KINDS)
@@ -63,7 +64,7 @@ class JobSpec(ParallelSizes):
     eval_interval: int = knob(0, "validate every K iterations (0 = after the last only); real data only")
     eval_iters: int = knob(2, "global batches per validation and per test pass")
     # ---- where and how
-    device: str = knob("auto", "auto = cuda when a GPU is visible, else cpu", choices=("auto", "cpu", "cuda"))
+    device: str = knob("auto", "auto = cuda when a GPU is visible, else cpu", choices=DEVICES)
     precision: str = knob("auto", "auto = fp32 on cpu, bf16 on cuda; fp8 = bf16 weights and activations with the "
                           "GEMMs of the attention and dense-MLP linears in FP8 (a GPU of compute capability >= 8.9; local backend: the "
                           "kit's FP8 linears on torch._scaled_mm, te: Transformer Engine's FP8)", choices=PRECISIONS)
@@ -73,7 +74,7 @@ class JobSpec(ParallelSizes):
                            choices=FP8_RECIPES)
     fp8_output_layer: bool = knob(False, "with precision=fp8 on the local backend, the output layer's (logits) "
                                   "GEMMs in FP8 too; off: bf16, as Transformer Engine's recipes keep it "
-                                  "(README 'Precision', run 8, measures both)")
+                                  "(docs/results/precision.md measures both)")
     seed_checkpoint: bool = knob(True, "start from the cached world-size-1 seed checkpoint (same weights in "
                                  "every layout); off = each layout's own random init")
     name: str | None = knob(None, "run-directory prefix; none = <model>-<layout>")

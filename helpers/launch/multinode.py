@@ -46,7 +46,7 @@ def simulate(spec: JobSpec | None = None, nnodes: int = 2, node_dirs: list | Non
         d.mkdir(parents=True, exist_ok=True)
         seed = d / "seed-checkpoint"
         if spec.seed_checkpoint and copy_seed and not seed.exists():  # each node's own cache
-            shutil.copytree(runner.seed_checkpoint(spec), seed)
+            shutil.copytree(runner.seed_checkpoint(spec, spec.model_preset()), seed)
     endpoint = f"127.0.0.1:{_free_port()}"
     base_env = torchrun.environment(spec)
     procs = []

@@ -9,9 +9,9 @@ It is also the cheap way to check a layout's groups: no model, no data, no seed 
 from __future__ import annotations
 
 from helpers.errors import InvalidLayout
-from helpers.job import models, paths
+from helpers.job import models, paths, rules
 from helpers.job.layout import Layout
-from helpers.launch import runner
+from helpers.launch import environment, runner
 from helpers.rundir import names
 from helpers.rundir.reader import RunDir
 
@@ -24,8 +24,8 @@ def live_groups(layout: Layout, model: str = "tiny-gpt", out: str | None = None,
         raise InvalidLayout(problems)
     spec = layout.job_spec(model, iters=0, device="cpu", groups_only=True, seed_checkpoint=False,
                            timeout_s=timeout_s, name=f"groups-{model}", out=out or str(paths.runs_dir()))
-    spec = runner.resolve(spec)
-    run_dir = runner.new_run_dir(spec)  # the runner's own steps: same env, logs and teardown
+    spec = rules.resolve(spec, environment.probe())
+    run_dir = runner.new_run_dir(spec, models.preset(model))  # the runner's own steps: same env, logs and teardown
     spec.write(run_dir / names.SPEC)
     return runner.execute(run_dir, spec)
 

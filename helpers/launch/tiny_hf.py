@@ -2,7 +2,7 @@
 the HF import can be learned and tested without a download. Notebook/test side (torch and
 transformers are imported inside the functions).
 
-Each family exercises what the import must map (helpers/runtime/hf_import.py):
+Each family exercises what the import must map (helpers/runtime/hf/config.py):
   llama     GQA (4 heads, 2 KV heads), SwiGLU, rope theta 500000 (not the default 10000)
   qwen3     qk-norm, head_dim 32 != hidden/heads 16, tied input/output embeddings
   qwen3moe  4 routed experts, top-2, qk-norm

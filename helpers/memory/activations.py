@@ -42,8 +42,8 @@ def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) ->
     if lay.backend == "te":  # flash/cuDNN attention: no s x s matrix, softmax stats only
         core = T * heads * 4
         transient = 0.0
-    elif lay.cp > 1:  # the kit's ContextParallelAttention (helpers/runtime/modules.py): K/V all-gathered,
-        # then SDPA with an explicit mask. Not yet checked against a measured GPU peak (needs 2 GPUs).
+    elif lay.cp > 1:  # the kit's ContextParallelAttention (runtime/layers/attention/context_parallel.py): K/V
+        # all-gathered, then SDPA with an explicit mask. Not yet checked against a measured GPU peak (needs 2 GPUs).
         s_full = lay.seq_len
         kv_full = b * s_full * (k_w + v_w)  # the gathered K and V (not repeated: enable_gqa)
         # the gathered K and V, the attention output and its log-sum-exp, the mask (bool) and the
@@ -111,7 +111,7 @@ def layer_activation(model: ModelPreset, lay: Layout, tr: Training, i: int) -> t
 
 
 def torch_mamba_mixer(model: ModelPreset, lay: Layout, tr: Training, T: int) -> float:
-    """Bytes autograd keeps for one microbatch of the kit's pure-torch mixer (helpers/runtime/mamba/:
+    """Bytes autograd keeps for one microbatch of the kit's pure-torch mixer (helpers/runtime/layers/mamba/:
     in_proj output to out_proj input), counted tensor by tensor on its code in bf16 (CPU, saved-tensor
     hooks; the count below reproduced them exactly): the conv's padded input and output, fp32 copies
     of x, dt, the gate and the norm's inputs, per einsum of the scan its operands (C and B expanded to

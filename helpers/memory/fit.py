@@ -5,20 +5,19 @@ from __future__ import annotations
 import warnings
 
 from helpers.errors import MemoryPlanWarning
+from helpers.job.layout import Layout
+from helpers.job.models import ModelPreset
 from helpers.job.spec import JobSpec
 from helpers.memory.plan import plan_memory
 from helpers.memory.training import Training
-from helpers.memory.vs_measured import layout_and_model
 
 
-def warn_if_over_device(spec: JobSpec, device_bytes: int | None = None) -> str | None:
+def warn_if_over_device(spec: JobSpec, model: ModelPreset, device_bytes: int | None) -> str | None:
     """Before a GPU launch: warn (and return the message) when the plan's reserved peak exceeds the
-    device's memory. `device_bytes` defaults to GPU 0's total memory."""
+    device's memory (`device_bytes`: GPU 0's, helpers/launch/environment.probe; None: no check)."""
     if device_bytes is None:
-        import torch
-        device_bytes = torch.cuda.get_device_properties(0).total_memory
-    lay, model = layout_and_model(spec)
-    plan = plan_memory(model, lay, Training.of(spec))
+        return None
+    plan = plan_memory(model, Layout.of(spec), Training.of(spec))
     if plan.fits(device_bytes):
         return None
     worst = max(plan.stages, key=lambda s: s.allocated_bytes)

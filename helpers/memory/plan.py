@@ -68,10 +68,6 @@ class StagePlan:
     def allocated_bytes(self) -> int:
         return int(sum(v for k, v in self.terms.items() if k != "comm_buffers"))
 
-    @property
-    def total_bytes(self) -> int:
-        return int(sum(self.terms.values()))
-
 
 @dataclass
 class MemoryPlan:

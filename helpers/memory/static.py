@@ -170,7 +170,7 @@ _FP8_WEIGHTS = tuple(f"{name}.weight" for name in FP8_LINEARS)
 
 
 def fp8_linear_numel(model: ModelPreset, lay: Layout, stage: int) -> int:
-    """Weights of this stage that the kit's local FP8 linears quantise (helpers/runtime/fp8_linear.py:
+    """Weights of this stage that the kit's local FP8 linears quantise (helpers/runtime/layers/fp8_linear.py:
     attention and dense-MLP linears; experts, embedding and output layer stay bf16)."""
     return sum(p.numel for chunk in range(lay.vpp or 1) for p in chunk_params(model, lay, stage, chunk)
                if p.name.endswith(_FP8_WEIGHTS) and "experts." not in p.name)

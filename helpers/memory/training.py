@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from helpers.job.rules.resolve import attention_of, precision_of
+
 GiB = 2**30
 
 
@@ -36,8 +38,8 @@ class Training:
 
     @classmethod
     def of(cls, spec) -> "Training":
-        """The Training a JobSpec runs with (precision resolved: auto means bf16 on GPU, fp32 on CPU)."""
-        precision = spec.precision if spec.precision != "auto" else ("fp32" if spec.device == "cpu" else "bf16")
-        return cls(precision=precision, fp8_recipe=spec.fp8_recipe,
-                   fp8_output_layer=spec.fp8_output_layer, dist_opt=spec.dist_opt, attention=spec.attention,
-                   fused_cross_entropy=spec.device != "cpu")
+        """The Training a JobSpec runs with (its precision as helpers/job/rules/resolve.py decides it)."""
+        return cls(precision=precision_of(spec.precision, spec.device), fp8_recipe=spec.fp8_recipe,
+                   fp8_output_layer=spec.fp8_output_layer, dist_opt=spec.dist_opt,
+                   attention=attention_of(spec.attention, "te" if spec.backend == "te" else "local"),
+                   fused_cross_entropy=spec.device == "cuda")

@@ -1,7 +1,7 @@
 """Number formats and scaling recipes for low-precision training, in torch (CPU and GPU), with the
 GPU's quantiser in Triton.
 
-Used on both sides: the worker's FP8 linears (helpers/runtime/fp8_linear.py, on
+Used on both sides: the worker's FP8 linears (helpers/runtime/layers/fp8_linear.py, on
 `torch._scaled_mm`) quantise with these recipes, and lesson 15 measures their error on CPU.
   formats.py     fp32, bf16, fp16, e4m3, e5m2, e8m0: range, spacing, the round-trip bound
   recipes.py     quantise/dequantise: delayed scaling (amax history), current tensorwise,

@@ -16,7 +16,7 @@ Tensorwise follows Transformer Engine's "hybrid" format (gradients in e5m2, thei
 rowwise torchao's rowwise recipe (e4m3 throughout: a scale per row already covers the range).
 `_scaled_mm` wants its first operand row-major and its second column-major, so the quantiser
 writes an operand transposed where a GEMM needs that. Its dimensions must be multiples of 16
-(checked before a job starts: helpers/launch/precision_check.py). On the GPU the quantiser is one
+(checked before a job starts: helpers/job/rules/precision.py). On the GPU the quantiser is one
 Triton kernel per tensor after one amax reduction (helpers/precision/fp8_cast_gpu.py says why: as
 torch operations it cost more memory traffic than FP8 saves), and inside training_step() (one
 training step's microbatches) each weight is quantised once, not once per microbatch."""

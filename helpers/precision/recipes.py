@@ -59,12 +59,6 @@ def saturating_cast(scaled: torch.Tensor, fmt: formats.Format) -> tuple[torch.Te
     return scaled.clamp(-fmt.max, fmt.max).to(fmt.dtype), clipped
 
 
-def _scale_for(amax: torch.Tensor, fmt: formats.Format) -> torch.Tensor:
-    """max / amax, with 1 where the amax is 0 (an all-zero tensor or row needs no scaling)."""
-    amax = amax.to(torch.float32)
-    return torch.where(amax > 0, fmt.max / amax, torch.ones_like(amax))
-
-
 def cast(x: torch.Tensor, fmt: str = "bf16") -> Quantized:
     """No scaling at all: what bf16/fp16 training does (and what FP8 without scaling would do)."""
     f = formats.get(fmt)

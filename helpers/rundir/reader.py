@@ -6,6 +6,8 @@ import json
 from functools import cached_property
 from pathlib import Path
 
+from helpers.job import models
+from helpers.job.models import ModelPreset
 from helpers.job.spec import JobSpec
 from helpers.rundir import names
 
@@ -29,6 +31,11 @@ class RunDir:
     def manifest(self) -> dict:
         return self._json(names.MANIFEST)
 
+    @cached_property
+    def model(self) -> ModelPreset:
+        """The model this run trained, as checked before it started (a preset or an HF folder's description)."""
+        return models.from_dict(self.manifest["model"])
+
     @property
     def metrics(self) -> list[dict]:
         p = self.path / names.METRICS
@@ -47,7 +54,8 @@ class RunDir:
 
     @property
     def report(self) -> dict | None:
-        """report.json: the smoke-test contract (helpers/runtime/report.py; render: helpers.views.report_card)."""
+        """report.json: the smoke-test contract (written by helpers/runtime/measure/report_card.py; drawn by
+        helpers.views.report_card)."""
         return self._json(names.REPORT)
 
     @property

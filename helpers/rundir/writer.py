@@ -1,7 +1,7 @@
 """Worker-side writing of the run directory: per-rank logs, metrics (rank 0), error and heartbeat
 files, atomic JSON. Plain Python (no torch), so the file formats live next to their names
 (helpers/rundir/names.py) and the reader (reader.py); the collectives that gather what rank 0
-writes live on the worker side (helpers/runtime/gather.py)."""
+writes live on the worker side (helpers/runtime/measure/gather.py)."""
 from __future__ import annotations
 
 import json

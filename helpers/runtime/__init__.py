@@ -1,9 +1,19 @@
-"""Inside torchrun only: the Megatron-Core worker. train.py (the entry point and the loop),
-setup.py (process groups), build.py (config, model chunks, DDP, optimizer), step.py (forward step,
-loss, schedule call), evaluation.py (fixed-batch loss, validation/test), checkpoint/ (save, load,
-resume), measure/ (communication, timeline, MoE, memory), report.py (the smoke-test card),
-preflight.py (multi-node file checks), data.py and synthetic.py (batches), modules.py (the kit's
-norm and CP attention), mamba/ (Mamba-2 hybrids without mamba_ssm), cpu_compat.py (Megatron-Core on
-CPU), faults.py (injected failures), gather.py (facts to rank 0), te_standin.py and
-bridge_import.py (Megatron-Bridge without TE, only the job's architecture). Imports job/, rundir/
-and errors only from the kit (the heavy imports go through job/import_phase.py)."""
+"""Inside torchrun only: the Megatron-Core worker. The loop sits at the root, each file one of its
+steps, in the order Megatron-LM's examples/run_simple_mcore_train_loop.py has them:
+  train.py       entry point (main, run) and the training loop (train)
+  worker.py      Worker: one rank's job, handed to every step
+  setup.py       process groups (torch.distributed + parallel_state), seeds
+  preflight.py   multi-node: every node sees the same files before anything loads
+  build.py       the model provider: TransformerConfig, GPT chunks, DDP, optimizer, lr scheduler
+  step.py        forward step, loss function, the call into Megatron's schedule
+  evaluation.py  fixed-batch loss, validation and test passes
+Folders, each one concern:
+  layers/        the kit's modules where the local backend lacks Transformer Engine's (specs, norm,
+                 attention incl. context-parallel, MLA, FP8 linears, rotary, Mamba)
+  hf/            Hugging Face models through Megatron-Bridge (import, weights, parity, TE stand-in)
+  data/          synthetic tokens, real text as Megatron indexed datasets, SFT, microbatches
+  checkpoint/    save, load, reshard, resume (Megatron's dist_checkpointing)
+  measure/       what the kit records around the loop: the Observer, report card, instruments
+  compat/        Megatron-Core on CPU, and the Megatron-Core 0.19 workarounds
+Imports job/, rundir/, precision/ and errors only from the kit (the heavy imports go through
+job/import_phase.py)."""

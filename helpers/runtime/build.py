@@ -1,5 +1,6 @@
 """Build the Megatron-Core pieces of a job: config, GPT model chunks (one per virtual pipeline
-stage), DDP wrapping and the optimizer. Only Megatron-Core APIs; nothing re-implemented."""
+stage), DDP wrapping, the optimizer and its learning-rate scheduler. Only Megatron-Core APIs;
+nothing re-implemented (the kit's modules come in through the layer specs, layers/specs.py)."""
 from __future__ import annotations
 
 import torch
@@ -16,7 +17,8 @@ from megatron.core.transformer.module import Float16Module
 
 from helpers.job.models import ModelPreset
 from helpers.job.spec import JobSpec
-from helpers.runtime import fp8_linear, layer_specs
+from helpers.runtime.layers import fp8_linear
+from helpers.runtime.layers import specs as layer_specs
 
 
 def job_fields(spec: JobSpec, on_cpu: bool, bf16: bool) -> dict:
@@ -138,14 +140,11 @@ def gpt_model_options(config: TransformerConfig, model: ModelPreset, seq_len: in
 
 def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -> list[torch.nn.Module]:
     """One GPTModel per virtual pipeline stage held by this rank (one when VPP is off)."""
-    te = spec.backend == "te"  # decided by the runner (helpers/job/backend.py); "auto" here means local
+    te = spec.backend == "te"  # decided before start (helpers/job/rules/resolve.py)
     if not config.use_cpu_initialization and not te:  # on GPU: rotary compiled (the TE fusion's stand-in)
-        from helpers.runtime import compiled_rope
-        compiled_rope.install()
+        from helpers.runtime.layers import rotary
+        rotary.install()
     if getattr(config, "hybrid_layer_pattern", None):  # an imported Nemotron-H: Megatron's HybridModel
-        if local_fp8_recipe(spec):
-            raise RuntimeError("precision='fp8' is not built for hybrid models (helpers/runtime/mamba/stack.py "
-                               "uses Megatron's plain linears); refusing to train in bf16 instead")
         return [hybrid_model(config, model, spec)]
     chunks = []
     for vp_stage in range(spec.vpp or 1):
@@ -164,7 +163,8 @@ def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
             fp8_linear.use_in_output_layer(chunk, local_fp8_recipe(spec))
     if local_fp8_recipe(spec) and not any(getattr(m, "fp8_recipe", None) for c in chunks for m in c.modules()):
         raise RuntimeError("precision='fp8' but no linear of this model took the kit's FP8 GEMMs "
-                           "(helpers/runtime/fp8_linear.py); refusing to train in bf16 instead")
+                           "(helpers/runtime/layers/fp8_linear.py): a rule of helpers/job/rules/builder.py "
+                           "(fp8_not_built_for_hybrid) should have refused this job; refusing to train in bf16 instead")
     return chunks
 
 
@@ -179,7 +179,7 @@ def hybrid_model(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
     select_pipeline_segment (first/last stage layer counts for uneven splits). No VPP (a rule)."""
     from megatron.core.models.hybrid.hybrid_model import HybridModel
 
-    from helpers.runtime.mamba import stack
+    from helpers.runtime.layers.mamba import stack
 
     options = gpt_model_options(config, model, spec.seq_len)
     return HybridModel(

@@ -11,9 +11,8 @@ from pathlib import Path
 import torch.distributed as dist
 
 from helpers.errors import PreflightError
-from helpers.job import paths
-from helpers.rundir import checkpoint_dir
-from helpers.runtime.gather import node_label
+from helpers.job import checkpoint_dir, paths
+from helpers.runtime.measure.gather import node_label
 
 
 def _watched(spec) -> dict[str, Path]:
@@ -76,7 +75,7 @@ def _advice(problems: list[str]) -> str:
                 "wrote, and only node 0 has the tracker and the checkpoint's index (.metadata). Megatron's "
                 "torch_dist loader needs every rank to read the whole index and, after any layout change, "
                 "shards written on other nodes, so this resume cannot work as the folders are. Fix: gather "
-                "them first with helpers.rundir.checkpoint_dir.consolidate([node 0's folder, node 1's, ...]) "
+                "them first with helpers.job.checkpoint_dir.consolidate([node 0's folder, node 1's, ...]) "
                 "(after copying each node's iter_* folder where one process can read them, e.g. with rsync), "
                 "or save to a file system every node mounts.")
     return ("Fix: copy the same files to every node (or use a shared file system), then start again.")

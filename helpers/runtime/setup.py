@@ -14,14 +14,15 @@ DEFAULT_COLLECTIVE_TIMEOUT_S = {"gloo": 300.0, "nccl": 600.0}
 
 
 def process_groups(spec) -> torch.device:
-    """torch.distributed + Megatron parallel_state. Returns the torch device of this rank."""
+    """torch.distributed + Megatron parallel_state, as Megatron's example's initialize_distributed
+    does (plus the CPU compatibility layer on CPU). Returns the torch device of this rank."""
     import megatron.core  # noqa: F401  (import before the compat patches, which target it)
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
     on_cpu = spec.device == "cpu"
     if on_cpu:
-        from helpers.runtime import cpu_compat
+        from helpers.runtime.compat import cpu as cpu_compat
         cpu_compat.activate()
         device = torch.device("cpu")
     else:

@@ -1,7 +1,8 @@
 """One training/evaluation step through Megatron's own schedule: the forward step Megatron calls
 per microbatch, the loss function it applies, the global-batch loss the kit reports, and the one
 call into `get_forward_backward_func()` that training, checkpoint evaluation and validation share.
-A leaf of the worker: it imports no other kit module, so everything else can import it."""
+Near a leaf of the worker (it imports only helpers/precision's per-step FP8 state), so everything
+else can import it."""
 from __future__ import annotations
 
 from functools import partial
@@ -62,6 +63,16 @@ def global_loss(losses_reduced, spec, device) -> float:
         local += torch.stack([d["lm loss"].double() for d in losses_reduced]).mean()
     dist.all_reduce(local)
     return float(local) / (spec.world_size // spec.pp)
+
+
+def forward_backward(worker, iterators: list, loss_scale: float = 1.0) -> list:
+    """One training iteration's forward and backward passes over every microbatch, through
+    Megatron's schedule. Returns the loss dicts of this rank's microbatches (last stage only)."""
+    from helpers.precision import fp8_matmul
+
+    with fp8_matmul.training_step():  # FP8 linears: each weight quantised once per step; delayed scales advance
+        return run_schedule(worker.model, iterators, worker.spec, partial(forward_step, worker.device, loss_scale),
+                            forward_only=False)
 
 
 def run_schedule(model: list, iterators: list, spec, forward_step_func, forward_only: bool):

@@ -1,7 +1,7 @@
 """Context parallel, the idea, block by block: the sequence cut into 2·CP chunks (rank r holds
 chunks r and 2·CP-1-r, read off Megatron's own split in context_parallel.positions), the causal
 score blocks each rank's queries meet, and the K/V all-gather the kit's ContextParallelAttention
-(helpers/runtime/modules.py) does before attention. Notebook side only.
+(helpers/runtime/layers/attention/context_parallel.py) does before attention. Notebook side only.
 
 Block (q, k): queries of chunk q against keys of chunk k. Under the causal mask it is fully
 visible when k < q, half visible (the lower triangle) when k == q, and fully masked when k > q.

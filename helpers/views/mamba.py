@@ -1,4 +1,4 @@
-"""A Mamba-2 layer, the idea, drawn from the kit's own SSD code (helpers/runtime/mamba/ssd.py) on a
+"""A Mamba-2 layer, the idea, drawn from the kit's own SSD code (helpers/runtime/layers/mamba/ssd.py) on a
 toy head: the causal convolution's window, and the scan written as the matrix it multiplies the
 input by. For one head, y = M x with M[i, j] = (C_i . B_j) * exp(a_{j+1} + ... + a_i) * dt_j for
 j <= i (a_t = dt_t * A: the log of the state's decay per step) and 0 above the diagonal: a causal

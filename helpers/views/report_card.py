@@ -1,6 +1,6 @@
 """The smoke-test report card on the notebook side: read a run's report.json and show its eight
 checks as a table (HTML in a notebook, plain text elsewhere: helpers/rundir/report_text.py). The checks and their evidence are
-written by the workers (helpers/runtime/report.py)."""
+written by the workers (helpers/runtime/measure/report_card.py)."""
 from __future__ import annotations
 
 import html

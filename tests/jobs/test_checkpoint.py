@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from helpers import launch
-from helpers.rundir import checkpoint_dir
+from helpers.job import checkpoint_dir
 
 N = 2  # iterations before the crash; the straight run does 2N
 # Every job here also follows a learning-rate schedule (warm-up, then cosine decay), which a resumed

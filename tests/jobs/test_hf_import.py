@@ -4,7 +4,7 @@ random HF models (helpers/launch/tiny_hf.py: every family, norms randomised).
 * every family's logits equal transformers' in every layout it can take (one torchrun job for all:
   helpers/launch/hf_check.py), and import -> export without training is bit-identical;
 * MLA (DeepSeek-V2 with q-LoRA, all layers dense) trains 5 iterations at TP=2 without SP and at
-  CP=2 with the losses of one process; the K-RoPE gradient fix (helpers/runtime/mla.py) is what
+  CP=2 with the losses of one process; the K-RoPE gradient fix (helpers/runtime/layers/mla.py) is what
   makes TP=2 agree;
 * an HF checkpoint missing a tensor fails with one error naming the parameter.
 Notebook 13_hf_import asserts the rest of the flow, each against one process or transformers: dense

@@ -1,5 +1,5 @@
 """A Mamba2/attention/MoE hybrid (Nemotron-H) imported through Megatron-Bridge and trained on the
-kit's local backend (helpers/runtime/mamba/: the pure-torch mixer in Megatron's HybridModel), on
+kit's local backend (helpers/runtime/layers/mamba/: the pure-torch mixer in Megatron's HybridModel), on
 CPU in fp32, with the kit's tiny random Nemotron-H (helpers/launch/tiny_hf.py, pattern "ME*-").
 
 * logits equal transformers' at TP=1, TP=2+SP (MoE with TP needs SP), PP=2, EP=2 and CP=2, and

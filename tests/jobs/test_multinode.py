@@ -9,9 +9,9 @@ import shutil
 import pytest
 
 from helpers import launch
+from helpers.job import checkpoint_dir
 from helpers.launch import multinode
 from helpers.launch.torchrun import leftover_processes
-from helpers.rundir import checkpoint_dir
 
 BATCH = dict(micro_batch=2, global_batch=4, seq_len=32, device="cpu", progress=False)
 TWO_NODES = dict(**{k: v for k, v in BATCH.items() if k != "progress"}, tp=2, nproc=4, timeout_s=600)
@@ -71,8 +71,8 @@ def test_node_local_checkpoints_are_refused_then_consolidated_and_resumed_exactl
 
 
 def test_preflight_names_the_node_and_the_file(tmp_path):
-    spec = launch.resolve(launch.JobSpec(**{k: v for k, v in TWO_NODES.items() if k != "timeout_s"}))
-    seed = launch.seed_checkpoint(spec)
+    spec = launch.validate(launch.JobSpec(**{k: v for k, v in TWO_NODES.items() if k != "timeout_s"}))
+    seed = launch.seed_checkpoint(spec, spec.model_preset())
     nodes, data = [tmp_path / "node0", tmp_path / "node1"], []
     for i, node in enumerate(nodes):
         shutil.copytree(seed, node / "seed-checkpoint")

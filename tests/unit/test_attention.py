@@ -1,4 +1,4 @@
-"""The kit's core attention (helpers/runtime/attention/) against a naive softmax(QK^T)V written
+"""The kit's core attention (helpers/runtime/layers/attention/) against a naive softmax(QK^T)V written
 here in float64: causal, grouped-query, MLA head sizes (dk != dv), a given softmax scale, a
 Megatron-style mask, and the context-parallel module's load-balanced chunks, whose outputs put
 back in sequence order must equal attention over the whole sequence. No processes: the CP
@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from helpers.runtime.attention.core import SDPACoreAttention
-from helpers.runtime.attention.sdpa import attend
-from helpers.runtime.modules import ContextParallelAttention
+from helpers.runtime.layers.attention.context_parallel import ContextParallelAttention
+from helpers.runtime.layers.attention.core import SDPACoreAttention
+from helpers.runtime.layers.attention.sdpa import attend
 
 
 def naive(q, k, v, scale, allowed):

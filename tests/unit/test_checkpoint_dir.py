@@ -2,7 +2,7 @@
 file against the manifest of the node that wrote it."""
 import pytest
 
-from helpers.rundir import checkpoint_dir
+from helpers.job import checkpoint_dir
 
 
 def test_consolidate_refuses_a_file_that_changed_in_transit(tmp_path):

@@ -1,10 +1,10 @@
-"""The kit's rotary (helpers/runtime/compiled_rope.py, compiled on GPU) is Megatron's own unfused
+"""The kit's rotary (helpers/runtime/layers/rotary.py, compiled on GPU) is Megatron's own unfused
 rotary, bit for bit, eager on CPU: values and gradients, full and partial rotary dims; and the
 cases it does not cover go to Megatron's function."""
 import pytest
 import torch
 
-from helpers.runtime.compiled_rope import apply_rotary_pos_emb
+from helpers.runtime.layers.rotary import apply_rotary_pos_emb
 
 
 def config(**kw):

@@ -6,7 +6,8 @@ import textwrap
 
 
 def _run(code: str) -> str:
-    prelude = "import megatron.core\nfrom helpers.runtime import cpu_compat\ncpu_compat.activate()\nimport torch\n"
+    prelude = ("import megatron.core\nfrom helpers.runtime.compat import cpu as cpu_compat\ncpu_compat.activate()\n"
+               "import torch\n")
     out = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True,
                          text=True, env={"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "PATH": ""})
     assert out.returncode == 0, out.stderr[-3000:]
@@ -74,7 +75,7 @@ def test_alltoall_split_sizes_become_numpy():
 
 def test_not_active_unless_activated():
     out = subprocess.run([sys.executable, "-c", "import megatron.core, torch\n"
-                          "from helpers.runtime import cpu_compat\n"
+                          "from helpers.runtime.compat import cpu as cpu_compat\n"
                           "print(cpu_compat.is_active(), torch.Tensor.type(torch.ones(1)))"],
                          capture_output=True, text=True, env={"PYTHONWARNINGS": "ignore", "PATH": ""})
     assert out.stdout.split() == ["False", "torch.FloatTensor"]
@@ -87,7 +88,7 @@ def test_megatron_imported_eagerly_skips_torch_compile():
     out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import sys, torch
         real = torch.compile
-        from helpers.runtime import cpu_compat
+        from helpers.runtime.compat import cpu as cpu_compat
         cpu_compat.import_megatron_eagerly()
         from megatron.core import jit
         from megatron.core.fusions.fused_bias_gelu import bias_gelu

@@ -18,12 +18,12 @@ needs_shared = pytest.mark.skipif(
 
 def test_default_spec_keeps_the_synthetic_source():
     s = JobSpec()
-    assert s.data == "synthetic" and data_source.check(s, 512) is None
+    assert s.data == "synthetic" and data_source.record(s) is None
 
 
 def test_missing_data_dir_names_the_path_and_how_to_get_the_data(tmp_path):
     with pytest.raises(launch.InvalidJob) as e:
-        launch.check_data_request(JobSpec(data="wikitext", data_dir=str(tmp_path / "nowhere")))
+        launch.validate(JobSpec(data="wikitext", data_dir=str(tmp_path / "nowhere")))
     msg = str(e.value)
     assert str(tmp_path / "nowhere") in msg and "KIT_DATA_DIR" in msg and "generated" in msg
 
@@ -39,7 +39,7 @@ def test_unreadable_file_is_named(tmp_path):
 
 def test_tokenizer_too_big_for_the_model_says_how_to_fix():
     with pytest.raises(launch.InvalidJob, match=r"vocab_size': 50304"):
-        launch.check_data_request(JobSpec(data="wikitext", data_dir="generated", tokenizer="gpt2"))
+        launch.validate(JobSpec(data="wikitext", data_dir="generated", tokenizer="gpt2"))
 
 
 def test_generated_corpus_is_labelled_and_deterministic(monkeypatch):
@@ -120,7 +120,7 @@ def test_sft_long_prompt_keeps_response_tokens():
 def test_megatron_gpt_dataset_over_the_kit_files(tmp_path, monkeypatch):
     """Tokenize the generated corpus into .bin/.idx and read it back through Megatron's builder
     (single process): samples are seq_len tokens, labels shifted by one, the index cache on disk."""
-    from helpers.runtime import data
+    from helpers.runtime.data import indexed as data
 
     monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
     spec = JobSpec(data="wikitext", data_dir="generated", seq_len=32, iters=3, micro_batch=2, eval_iters=1)
@@ -138,7 +138,7 @@ def test_megatron_gpt_dataset_over_the_kit_files(tmp_path, monkeypatch):
 
 
 def test_sft_dataset_through_megatron_builder(tmp_path, monkeypatch):
-    from helpers.runtime import data
+    from helpers.runtime.data import indexed as data
 
     monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
     p = tmp_path / "mine.jsonl"

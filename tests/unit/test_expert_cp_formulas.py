@@ -20,7 +20,7 @@ def test_cp_split_is_what_the_kit_attention_assumes(cp):
     ContextParallelAttention builds its causal mask on exactly those global positions."""
     import torch
 
-    from helpers.runtime.modules import ContextParallelAttention
+    from helpers.runtime.layers.attention.context_parallel import ContextParallelAttention
 
     seq = 8 * cp
     held = context_parallel.positions(seq, cp)

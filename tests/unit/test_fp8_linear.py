@@ -1,5 +1,5 @@
 """The kit's FP8 linears inside Megatron's own ColumnParallelLinear/RowParallelLinear
-(helpers/runtime/fp8_linear.py) on CPU, one process: the local-GEMM override really computes the
+(helpers/runtime/layers/fp8_linear.py) on CPU, one process: the local-GEMM override really computes the
 FP8 GEMMs of helpers/precision/fp8_matmul.py (same bytes as calling them directly), through two
 training steps (training_step: the per-step weight cache, the delayed recipe's histories), and
 lands within FP8's error of Megatron's bf16 linear. On CPU `_scaled_mm` takes one scale per
@@ -16,14 +16,14 @@ import pytest
 SCRIPT = """
 import json, torch, torch.distributed as dist
 import megatron.core
-from helpers.runtime import cpu_compat
+from helpers.runtime.compat import cpu as cpu_compat
 cpu_compat.activate()
 from megatron.core import parallel_state as ps
 from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from megatron.core.transformer import TransformerConfig
 from helpers.precision import fp8_matmul
-from helpers.runtime import fp8_linear
+from helpers.runtime.layers import fp8_linear
 
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29541", rank=0, world_size=1)
 ps.initialize_model_parallel()

@@ -1,6 +1,6 @@
 """Bad HF import requests fail before any process starts, with one error naming problem and fix
 (helpers/job/hf_model.py, runner.validate, the MLA layout rules); the TE import stand-in leaves
-Megatron-Core seeing no Transformer Engine (helpers/runtime/te_standin.py)."""
+Megatron-Core seeing no Transformer Engine (helpers/runtime/hf/te_standin.py)."""
 import json
 import subprocess
 import sys
@@ -78,10 +78,10 @@ def test_description_follows_config_json(tmp_path):
 
 
 STANDIN_CHECK = """
-from helpers.runtime import cpu_compat
+from helpers.runtime.compat import cpu as cpu_compat
 cpu_compat.import_megatron_eagerly()
 import sys, megatron.core
-from helpers.runtime import te_standin
+from helpers.runtime.hf import te_standin
 te_standin.{call}
 from megatron.bridge.utils.fusions import can_enable_gradient_accumulation_fusion
 flags = sorted(n for n, m in list(sys.modules.items()) if n.startswith("megatron.core") and getattr(m, "HAVE_TE", None) is True)
@@ -90,7 +90,7 @@ print(flags, "transformer_engine" in sys.modules, can_enable_gradient_accumulati
 
 
 @pytest.mark.parametrize("call", ["import_auto_bridge()", "import_auto_bridge(['LlamaForCausalLM'])"],
-                         ids=["every-bridge", "one-architecture"])  # the second: helpers/runtime/bridge_import.py
+                         ids=["every-bridge", "one-architecture"])  # the second: helpers/runtime/hf/bridge_import.py
 def test_bridge_imports_and_megatron_core_still_sees_no_te(call):
     out = subprocess.run([sys.executable, "-c", STANDIN_CHECK.format(call=call)], capture_output=True, text=True,
                          timeout=300)

@@ -152,6 +152,18 @@ def test_only_the_three_files_at_the_top_of_helpers():
     assert files == ["__init__.py", "__main__.py", "errors.py"]
 
 
+LOOP = ["__init__.py", "build.py", "evaluation.py", "preflight.py", "setup.py", "step.py", "train.py", "worker.py"]
+
+
+def test_the_worker_root_holds_only_the_loop():
+    """runtime/'s root is the training loop, one file per step; everything else lives in a folder
+    named for what it is (layers/, hf/, data/, checkpoint/, measure/, compat/)."""
+    files = sorted(p.name for p in (ROOT / "helpers" / "runtime").iterdir() if p.is_file() and p.suffix == ".py")
+    assert files == LOOP
+    folders = sorted(p.name for p in (ROOT / "helpers" / "runtime").iterdir() if p.is_dir() and p.name != "__pycache__")
+    assert folders == ["checkpoint", "compat", "data", "hf", "layers", "measure"]
+
+
 # ---- each rule fires on a synthetic package ---------------------------------------------------
 def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     pkg = tmp_path / "kit"
@@ -179,9 +191,15 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     ({"job/a.py": "from kit.rundir import b\n", "rundir/b.py": "x = 1\n", "rundir/c.py": "from kit.job import a\n"},
      "import cycle between packages"),
     ({"job/a.py": "from kit.rundir import b\n", "rundir/b.py": "x = 1\n"}, None),
+    # the same rules reach into nested packages (job/rules/, runtime/layers/, ...)
+    ({"runtime/layers/__init__.py": "", "runtime/layers/norm.py": "from kit.views import plot\n"},
+     "runtime imports the notebook side"),
+    ({"job/rules/__init__.py": "", "job/rules/precision.py": "import torch\n"}, "heavy import at module level in job/"),
+    ({"job/rules/__init__.py": "", "job/rules/a.py": "from kit.rundir import b\n",
+      "rundir/b.py": "from kit.job import c\n", "job/c.py": "x = 1\n"}, "import cycle between packages"),
 ], ids=["drawing", "drawing-in-views-ok", "runtime-launch", "runtime-memory-in-function", "torch-in-job",
         "megatron-in-rundir", "torch-in-function-ok", "private-import", "private-attribute", "module-cycle",
-        "package-cycle", "one-way-ok"])
+        "package-cycle", "one-way-ok", "nested-runtime-launch", "nested-job-torch", "nested-package-cycle"])
 def test_each_rule_fires_on_a_synthetic_package(tmp_path, files, expected):
     found = violations(_package(tmp_path, files))
     if expected is None:

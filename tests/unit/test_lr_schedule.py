@@ -16,7 +16,8 @@ from helpers.launch import cli, runner
     (dict(iters=10, lr_warmup_iters=10), r"lr_warmup_iters=10 must end before iters=10"),
     (dict(iters=10, lr_warmup_iters=20, lr_decay_iters=20, lr_decay="cosine"),
      r"lr_warmup_iters=20 must end before lr_decay_iters=20"),
-    (dict(attention="flash"), r"attention must be one of sdpa, megatron_local, not 'flash'"),  # any field with choices
+    # any field with choices
+    (dict(attention="flash"), r"attention must be one of auto, sdpa, megatron_local, transformer_engine, not 'flash'"),
 ])
 def test_a_schedule_megatron_would_refuse_is_one_clear_error(fields, match):
     with pytest.raises(InvalidJob, match=match):

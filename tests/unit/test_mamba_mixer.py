@@ -1,4 +1,4 @@
-"""The kit's pure-torch Mamba-2 (helpers/runtime/mamba/): the chunked SSD scan against the
+"""The kit's pure-torch Mamba-2 (helpers/runtime/layers/mamba/): the chunked SSD scan against the
 recurrence it computes, one token at a time, in float64; and Megatron's MambaMixer with the kit's
 torch path (TorchMambaMixer, built by Megatron's own constructor) against transformers' NemotronH
 mixer on the same weights.
@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.runtime.mamba import ssd
+from helpers.runtime.layers.mamba import ssd
 
 
 def inputs(length, heads=6, head_dim=5, groups=3, state=7, batch=2, seed=0, dtype=torch.float64):
@@ -62,7 +62,7 @@ MIXER_VS_HF = """
 import weakref
 import torch, torch.distributed as dist
 import megatron.core
-from helpers.runtime import cpu_compat
+from helpers.runtime.compat import cpu as cpu_compat
 cpu_compat.activate()
 from megatron.core import parallel_state as ps
 from megatron.core.process_groups_config import ProcessGroupCollection
@@ -72,7 +72,7 @@ from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParall
 from megatron.core.transformer import TransformerConfig
 from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMamba2Mixer
 from helpers.launch import tiny_hf
-from helpers.runtime.mamba.mixer import TorchMambaMixer
+from helpers.runtime.layers.mamba.mixer import TorchMambaMixer
 
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29517", rank=0, world_size=1)
 ps.initialize_model_parallel()

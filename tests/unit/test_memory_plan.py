@@ -144,10 +144,10 @@ def test_runner_warns_when_plan_exceeds_device():
     from helpers.memory.fit import warn_if_over_device
     spec = JobSpec(model="llama3-8b", seq_len=8192, device="cuda", precision="bf16")
     with pytest.warns(MemoryPlanWarning, match="exceeds the device's 80.0 GiB"):
-        msg = warn_if_over_device(spec, device_bytes=80 * memory.GiB)
+        msg = warn_if_over_device(spec, spec.model_preset(), 80 * memory.GiB)
     assert "optimizer_states" in msg or "activations" in msg
     small = JobSpec(model="tiny-gpt", device="cuda", precision="bf16")
-    assert warn_if_over_device(small, device_bytes=80 * memory.GiB) is None
+    assert warn_if_over_device(small, small.model_preset(), 80 * memory.GiB) is None
 
 
 @pytest.mark.parametrize("attention", ["sdpa", "megatron_local"])

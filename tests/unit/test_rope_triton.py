@@ -1,4 +1,4 @@
-"""The Triton rotary (helpers/runtime/rope_triton.py) in Triton's interpreter on CPU, against the
+"""The Triton rotary (helpers/runtime/layers/rotary_triton.py) in Triton's interpreter on CPU, against the
 kit's torch rotary (compiled_rope.rotary, itself Megatron's formula bit for bit:
 test_compiled_rope.py) in float64 from the same bf16 inputs: forward and backward, on a query
 that is a strided view of a QKV output (as Megatron's attention passes it), with a batch x heads
@@ -29,7 +29,7 @@ def inputs():
 
 
 def run_kernel() -> dict:
-    from helpers.runtime import rope_triton
+    from helpers.runtime.layers import rotary_triton as rope_triton
     q, freqs, grad = inputs()
     assert rope_triton.applies(q, freqs)
     out = rope_triton._rotate(q, freqs, 0.8, backward=False)
@@ -38,7 +38,7 @@ def run_kernel() -> dict:
 
 
 def reference():
-    from helpers.runtime.compiled_rope import rotary
+    from helpers.runtime.layers.rotary import rotary
     q, freqs, grad = inputs()
     q64 = q.double().requires_grad_()
     c, s = (torch.cos(freqs) * 0.8).to(torch.bfloat16).double(), (torch.sin(freqs) * 0.8).to(torch.bfloat16).double()
@@ -82,7 +82,7 @@ def test_bound_is_tight(kernel):
 
 
 def test_what_the_kernel_does_not_cover_goes_to_the_compiled_rotary():
-    from helpers.runtime import rope_triton
+    from helpers.runtime.layers import rotary_triton as rope_triton
     q, freqs, _ = inputs()
     assert not rope_triton.applies(q.float(), freqs)  # fp32
     assert not rope_triton.applies(q, freqs[..., :16].contiguous())  # partial rotary

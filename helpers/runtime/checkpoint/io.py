@@ -1,7 +1,7 @@
 """Saving and loading through Megatron's `dist_checkpointing` (strategy torch_dist): the seed
 checkpoint (model only, world size 1) and training checkpoints (every model chunk, the optimizer,
 every rank's RNG state, the kit's record). Resharding into another layout is dist_checkpointing's:
-each rank asks for its own slices. Files on disk and completeness rules: helpers/rundir/checkpoint_dir.py.
+each rank asks for its own slices. Files on disk and completeness rules: helpers/job/checkpoint_dir.py.
 
 The *seed checkpoint* is the kit's way to give every layout the same starting weights: a
 world-size-1 job builds the model once and saves it; every layout loads it and
@@ -18,11 +18,11 @@ import torch
 import torch.distributed as dist
 from megatron.core import dist_checkpointing, tensor_parallel
 
-from helpers.rundir import checkpoint_dir
+from helpers.job import checkpoint_dir
 from helpers.rundir.writer import write_json
-from helpers.runtime import faults
 from helpers.runtime.build import unwrap
-from helpers.runtime.checkpoint import megatron_0_19
+from helpers.runtime.compat import megatron_0_19
+from helpers.runtime.measure import faults
 
 MARKER = checkpoint_dir.SEED_MARKER  # written last: a folder without it is an interrupted save
 
@@ -123,9 +123,11 @@ def _state_dict(model: list, opt, spec, with_optimizer: bool, is_loading: bool) 
     return state
 
 
-def save(root: Path, iteration: int, model: list, opt, spec, model_desc, beat, extra: dict) -> Path:
-    """Save a training checkpoint (collective: every rank calls). `latest` moves to it only after
-    every rank has finished writing, so a crash mid-save leaves the previous checkpoint current."""
+def save(worker, root: Path, iteration: int, extra: dict) -> Path:
+    """Save the worker's model chunks and optimizer as a training checkpoint (collective: every rank
+    calls). `latest` moves to it only after every rank has finished writing, so a crash mid-save
+    leaves the previous checkpoint current."""
+    model, opt, spec, model_desc, beat = worker.model, worker.opt, worker.spec, worker.model_desc, worker.beat
 
     rank = dist.get_rank()
     root = Path(root)
@@ -171,9 +173,11 @@ def save(root: Path, iteration: int, model: list, opt, spec, model_desc, beat, e
     return path
 
 
-def load(path: Path, model: list, opt, spec, model_desc, beat, load_optimizer: bool = True) -> dict:
-    """Load a training checkpoint into this layout (collective). Returns its kit record.
-    Resharding (TP/PP/VPP/EP/DP changes) is dist_checkpointing's: each rank asks for its slices."""
+def load(worker, path: Path, load_optimizer: bool = True) -> dict:
+    """Load a training checkpoint into the worker's model (and, with `load_optimizer`, its optimizer)
+    in this layout (collective). Returns its kit record. Resharding (TP/PP/VPP/EP/DP changes) is
+    dist_checkpointing's: each rank asks for its slices."""
+    model, opt, spec, model_desc, beat = worker.model, worker.opt, worker.spec, worker.model_desc, worker.beat
 
     info = checkpoint_dir.verify(path, model_desc.to_dict())
     ckpt = Path(info["path"])

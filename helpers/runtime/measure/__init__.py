@@ -1,6 +1,12 @@
-"""Worker side, measuring: instruments.py (the one object train.py calls), comm_log.py (every
-torch.distributed call Megatron makes), timeline.py (forward/backward per microbatch and chunk),
-clock.py (their stamps: CUDA events on GPU, settled once per iteration), moe_stats.py (tokens per
-expert, aux loss), memory_stats.py (static bytes per rank, device peaks), torch_profile.py
-(KIT_TORCH_PROFILE), linear_tensors.py (KIT_CAPTURE_TENSORS). KIT_INSTRUMENT=0 turns comm/timeline
-recording off."""
+"""What the kit records (and, for the failure lesson, injects) around Megatron's loop; the loop
+sees one object, observer.py's Observer:
+  observer.py       the Observer: begin/loss/end of an iteration, finish
+  report_card.py    the smoke-test report card (report.json)
+  instruments.py    comm log and timeline together; comm_log.py (every torch.distributed call
+                    Megatron makes), timeline.py (forward/backward per microbatch and chunk),
+                    clock.py (their stamps: CUDA events on GPU, settled once per iteration)
+  moe_stats.py      tokens per expert, aux loss       memory_stats.py   static bytes, device peaks
+  gather.py         collectives to rank 0 (groups.json, host facts)
+  torch_profile.py  KIT_TORCH_PROFILE (+ gpu_idle.py)  linear_tensors.py KIT_CAPTURE_TENSORS
+  faults.py         KIT_FAULT: failures injected on purpose
+KIT_INSTRUMENT=0 turns comm/timeline recording off."""

@@ -16,9 +16,9 @@ import torch
 import torch.distributed as dist
 
 from helpers.rundir import names
-from helpers.runtime.gather import gather_to_rank0
 from helpers.runtime.measure.clock import Clock
 from helpers.runtime.measure.comm_log import CommLog
+from helpers.runtime.measure.gather import gather_to_rank0
 from helpers.runtime.measure.timeline import Timeline
 
 

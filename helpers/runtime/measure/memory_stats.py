@@ -6,7 +6,7 @@ import torch
 
 from helpers.rundir import names
 from helpers.rundir.writer import write_json
-from helpers.runtime.gather import gather_to_rank0
+from helpers.runtime.measure.gather import gather_to_rank0
 
 
 def _bytes(t: torch.Tensor) -> int:

@@ -24,7 +24,7 @@ import torch
 import torch.distributed as dist
 
 from helpers.rundir import names
-from helpers.runtime.gather import gather_to_rank0
+from helpers.runtime.measure.gather import gather_to_rank0
 
 
 class RouterLog:

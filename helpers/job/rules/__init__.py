@@ -1,0 +1,62 @@
+"""Every check that can run before a process starts, each a named Violation with the numbers
+involved and a fix, run through one entry that reports them all at once, for the command line and
+the Python API alike:
+
+    spec = rules.resolve(spec, env)        # every `auto` decided (resolve.py)
+    checked = rules.check(spec, env)       # .model, .violations; .refuse() raises one InvalidJob
+
+  violation.py    Violation (name, message, fix, category)
+  environment.py  Environment: what the machine offers (GPUs, FP8 recipes, TE), probed by the launcher
+  resolve.py      device, precision, backend, attention: auto -> what the workers build
+  fields.py       fields with choices and limits; the model preset (category job)
+  layout.py       the parallel sizes against the model and each other (world, tensor, sequence,
+                  pipeline, experts, context, batch); Layout.validate runs them with builder.layout
+  builder.py      what the chosen backend builds (backend)
+  precision.py    FP8 on this machine and these shapes (precision)
+  schedule.py     the learning-rate schedule (schedule)
+  checkpoint.py   save/load/eval fields; every checkpoint to load verified on disk (checkpoint)
+  data.py         the data source, SFT examples, tokenizer vs vocabulary (data)
+  hf.py           the Hugging Face folder and export (hf)
+What only a running job can see (a node reading different files, a NaN) stays in the worker."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helpers.errors import InvalidJob
+from helpers.job.models import ModelPreset
+from helpers.job.rules import builder, checkpoint, data, fields, hf, precision, schedule
+from helpers.job.rules.environment import CPU_ONLY, Environment
+from helpers.job.rules.resolve import resolve
+from helpers.job.rules.violation import Violation
+
+__all__ = ["check", "resolve", "Checked", "Environment", "CPU_ONLY", "Violation"]
+
+
+@dataclass(frozen=True)
+class Checked:
+    """What `check` found: the model it checked against (None when the model itself is a problem)
+    and every violation."""
+    model: ModelPreset | None
+    violations: tuple[Violation, ...]
+
+    def refuse(self) -> None:
+        """Raise one InvalidJob listing every violation (none: return)."""
+        if self.violations:
+            lines = "\n".join(f"  - {v}" for v in self.violations)
+            raise InvalidJob(f"the job cannot run ({len(self.violations)} problem(s)):\n{lines}", list(self.violations))
+
+
+def check(spec, env: Environment = CPU_ONLY) -> Checked:
+    """Every rule against a resolved JobSpec (`resolve(spec, env)` first) on this environment."""
+    from helpers.job.layout import Layout  # layout.py imports this package's layout rules
+
+    found = fields.check(spec, env) + schedule.check(spec) + hf.check(spec)
+    model, problems = fields.model_of(spec)
+    found += problems
+    if model is not None:
+        devices = env.cuda_devices if spec.device == "cuda" else None
+        found += Layout.of(spec, backend=spec.backend if spec.backend in ("local", "te") else "local").validate(
+            model, devices)
+        found += builder.job(spec, model, env) + precision.check(spec, model, env)
+    found += checkpoint.check(spec, model) + data.check(spec, model)
+    return Checked(model, tuple(found))

@@ -1,0 +1,45 @@
+"""SFTDataset: prompt/response pairs for supervised fine-tuning, as a Megatron dataset that
+Megatron's BlendedMegatronDatasetBuilder builds from the kit's indexed files (indexed.py)."""
+from __future__ import annotations
+
+import numpy
+import torch
+from megatron.core.datasets.indexed_dataset import IndexedDataset
+from megatron.core.datasets.megatron_dataset import MegatronDataset
+
+from helpers.job import data_source
+
+
+class SFTDataset(MegatronDataset):
+    """Prompt/response pairs, one per sample, **padded** (not packed) to seq_len: the local
+    attention has no per-document masking, so packing would let an example attend to the one
+    before it. Loss only on response tokens (and the closing end-of-document token). Stored as a
+    Megatron indexed dataset whose documents are [prompt, response] sequence pairs."""
+
+    @staticmethod
+    def numel_low_level_dataset(low_level_dataset: IndexedDataset) -> int:
+        return low_level_dataset.document_indices.shape[0] - 1
+
+    @staticmethod
+    def build_low_level_dataset(dataset_path: str, config) -> IndexedDataset:
+        return IndexedDataset(dataset_path, multimodal=False, mmap=config.mmap_bin_files)
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        # Epochs over this split's examples, each in its own seeded order (same on every rank).
+        n = len(self.indices)
+        epochs = -(-max(self.num_samples or n, 1) // n)
+        rng = numpy.random.RandomState(self.config.random_seed)
+        self.order = numpy.concatenate([self.indices[rng.permutation(n)] for _ in range(epochs)])
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def __getitem__(self, idx: int) -> dict:
+        doc = int(self.order[idx])
+        first = int(self.dataset.document_indices[doc])
+        prompt, response = (self.dataset[first].astype(numpy.int64), self.dataset[first + 1].astype(numpy.int64))
+        sample = data_source.sft_sample(prompt, response, self.config.sequence_length, self.config.tokenizer.pad)
+        return {k: torch.from_numpy(v) for k, v in sample.items()}
+
+

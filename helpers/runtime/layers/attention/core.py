@@ -1,0 +1,56 @@
+"""SDPACoreAttention: the kit's drop-in for Megatron-Core's local `DotProductAttention`, used as
+the layer spec's `core_attention` (helpers/runtime/build.py; JobSpec.attention = "sdpa").
+
+Same constructor and call as Megatron's (what `SelfAttention`/`MLASelfAttention` pass), computed
+by `sdpa.attend`. Beyond the local class it accepts MLA's `k_channels`/`v_channels` (different
+query/key and value head sizes; Megatron-LM issue #1589 is the local class refusing them) and
+sizes its output from the value head size. What it does not do is refused at construction or
+call, never silently computed differently: context parallel (ContextParallelAttention does
+that), sliding windows, softmax offsets, attention bias, packed sequences."""
+from __future__ import annotations
+
+import torch
+
+from helpers.runtime.layers.attention.sdpa import attend
+
+
+class SDPACoreAttention(torch.nn.Module):
+    def __init__(self, config, layer_number: int, attn_mask_type, attention_type: str = "self",
+                 attention_dropout: float | None = None, softmax_scale: float | None = None,
+                 k_channels: int | None = None, v_channels: int | None = None, cp_comm_type=None,
+                 pg_collection=None, **_unused):
+        super().__init__()
+        from megatron.core.transformer.enums import AttnMaskType
+
+        if config.context_parallel_size > 1:
+            raise ValueError("SDPACoreAttention is for cp=1; context parallel uses ContextParallelAttention")
+        if config.window_size is not None:
+            raise ValueError("the kit's SDPA attention has no sliding window; use attention='megatron_local'")
+        if config.softmax_type != "vanilla":
+            raise ValueError(f"softmax_type={config.softmax_type!r} needs Megatron's own attention "
+                             "(attention='megatron_local')")
+        self.config = config
+        self.layer_number = max(1, layer_number)
+        self.attn_mask_type = attn_mask_type
+        self.causal = attn_mask_type == AttnMaskType.causal
+        self.k_channels = k_channels or config.kv_channels
+        # As Megatron's: 1/sqrt(head size of q and k) unless given. (Megatron's query-key layer
+        # scaling divides the scores by the layer number and multiplies them back inside its
+        # softmax: no net change, so nothing to do for it here.)
+        self.softmax_scale = softmax_scale if softmax_scale is not None else self.k_channels ** -0.5
+        self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
+
+    def forward(self, query, key, value, attention_mask=None, attn_mask_type=None, attention_bias=None,
+                packed_seq_params=None):
+        """query [sq, b, heads, dk], key [sk, b, kv_heads, dk], value [sk, b, kv_heads, dv]
+        -> [sq, b, heads * dv]. `attention_mask` uses Megatron's convention (True = masked out)
+        and replaces the causal pattern when given, as in Megatron's local attention."""
+        if attention_bias is not None or packed_seq_params is not None:
+            raise ValueError("attention bias and packed sequences need Transformer Engine's attention")
+        allowed = None if attention_mask is None else ~attention_mask
+        dropout_p = self.dropout if self.training else 0.0
+        if dropout_p and not self.config.sequence_parallel:  # as Megatron's: TP ranks drop differently
+            from megatron.core import tensor_parallel
+            with tensor_parallel.get_cuda_rng_tracker().fork():
+                return attend(query, key, value, self.softmax_scale, self.causal, allowed, dropout_p)
+        return attend(query, key, value, self.softmax_scale, self.causal, allowed, dropout_p)
