@@ -18,11 +18,12 @@ def cuda_device_count() -> int:
         return 0
 
 
-def probe() -> Environment:
-    """This machine as the rules see it (imports torch: a second or two the first time)."""
+def probe(device: str = "auto") -> Environment:
+    """This machine as the rules see it, for a job on `device` (JobSpec.device). A CPU job needs no
+    GPU facts, so torch is not imported for one (that takes a second or two the first time)."""
     from helpers.precision import hardware
 
-    gpus = cuda_device_count()
+    gpus = 0 if device == "cpu" else cuda_device_count()
     if not gpus:
         return Environment(te_installed=te_installed(), fp8_note=hardware.support(None).message())
     import torch

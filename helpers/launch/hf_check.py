@@ -26,7 +26,7 @@ def parity(hf_model: str, layouts: list[dict], nproc: int, load_dir: str | None 
     base = JobSpec(hf_model=hf_model, nproc=nproc, device=device, seq_len=seq_len, iters=0, load_dir=load_dir,
                    env=env or {},
                    out=out or str(paths.runs_dir()), timeout_s=timeout_s, name="hf-parity")
-    env = environment.probe()
+    env = environment.probe(device)
     cases = []
     for sizes in layouts:  # every layout meets the rules before any process starts
         case = runner.validate(dataclasses.replace(base, **{**sizes, "nproc": nproc, "load_dir": None}), env)

@@ -24,7 +24,7 @@ def live_groups(layout: Layout, model: str = "tiny-gpt", out: str | None = None,
         raise InvalidLayout(problems)
     spec = layout.job_spec(model, iters=0, device="cpu", groups_only=True, seed_checkpoint=False,
                            timeout_s=timeout_s, name=f"groups-{model}", out=out or str(paths.runs_dir()))
-    spec = rules.resolve(spec, environment.probe())
+    spec = rules.resolve(spec, environment.probe(spec.device))
     run_dir = runner.new_run_dir(spec, models.preset(model))  # the runner's own steps: same env, logs and teardown
     spec.write(run_dir / names.SPEC)
     return runner.execute(run_dir, spec)

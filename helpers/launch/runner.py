@@ -27,7 +27,7 @@ from helpers.rundir.reader import RunDir
 # ---- deciding and checking ---------------------------------------------------------------------
 def check(spec: JobSpec, env: rules.Environment | None = None) -> tuple[JobSpec, rules.Checked]:
     """The spec with every auto decided for this machine, and what the rules found. Starts nothing."""
-    env = env or environment.probe()
+    env = env or environment.probe(spec.device)
     spec = rules.resolve(spec, env)
     return spec, rules.check(spec, env)
 
@@ -106,7 +106,7 @@ def prepare(spec: JobSpec, seed_path: str | None = None) -> tuple[JobSpec, Path]
     """Check the job, build (or find) the seed checkpoint, write the run directory's spec.json
     and manifest.json. Nothing runs yet. `seed_path` overrides where workers find the seed
     checkpoint (e.g. "$KIT_NODE_DIR/seed-checkpoint" for node-local copies)."""
-    env = environment.probe()
+    env = environment.probe(spec.device)
     spec, checked = check(spec, env)
     checked.refuse()
     model = checked.model

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from helpers.job.models import ModelPreset
 from helpers.job.spec import JobSpec
 from helpers.rundir.writer import Heartbeat
+
+if TYPE_CHECKING:  # torch is imported by train.main inside import_phase.without_gc(), not here
+    import torch
 
 
 @dataclass
