@@ -1,10 +1,10 @@
-"""benchmarks/gpu_samples.py's GpuSamples: nvidia-smi's once-a-second clock/power/temperature lines
+"""benchmarks/common/gpu_samples.py's GpuSamples: nvidia-smi's once-a-second clock/power/temperature lines
 become rows, unreadable ones ("[N/A]", a line cut off when the sampler is stopped) are dropped, and a
 machine without nvidia-smi records None instead of failing the benchmark."""
 import os
 import time
 
-from benchmarks.gpu_samples import GpuSamples
+from benchmarks.common.gpu_samples import GpuSamples
 
 
 def fake_nvidia_smi(folder, lines):

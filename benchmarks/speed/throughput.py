@@ -1,12 +1,12 @@
 """GPU throughput: the kit's job against a bare Megatron-Core loop of the same model, on one GPU.
 
 For each model size and attention choice it runs the kit's worker (helpers.launch.run, NCCL, bf16)
-and the bare loop (benchmarks/bare_mcore_loop.py: same model, wrapping, optimizer, attention and
+and the bare loop (benchmarks/speed/bare_mcore_loop.py: same model, wrapping, optimizer, attention and
 fusions, none of the kit's runner), then prints tokens/s, step time, MFU and peak allocated memory
 with kit/bare ratios, and writes everything to OUT/results.json. MFU counts FLOPs as Megatron's
 papers do (helpers/job/flops.py; the formula is printed) over the device's dense bf16 peak.
 
-    python benchmarks/gpu_throughput.py --out DIR [--sizes gpt-125m,gpt-1.4b,gpt-7b-l6,moe]
+    python -m benchmarks.speed.throughput --out DIR [--sizes gpt-125m,gpt-1.4b,gpt-7b-l6,moe]
         [--attention sdpa,megatron_local] [--iters 8] [--no-extras]
 
 `--kit-extras SIZES`: the kit's job of those sizes again with KIT_INSTRUMENT=0 and once under
@@ -14,8 +14,7 @@ torch.profiler (its last two steps, OUT/profile_kit_SIZE.txt).
 The last two steps of the bare 1.4B run with SDPA are profiled with torch.profiler
 (OUT/profile_after.txt). Extras (1.4B): the kit without instrumentation (KIT_INSTRUMENT=0), the bare
 loop without the GPU fusions (compiled rotary, bias/dropout/cross-entropy fusions, fused Adam), and
-with Megatron's local attention and no fusions (the state before issue 19, profiled:
-OUT/profile_before.txt).
+with Megatron's local attention and no fusions (profiled: OUT/profile_before.txt).
 """
 import argparse
 import json
@@ -26,12 +25,10 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from helpers import launch  # noqa: E402
-from helpers.job.flops import FORMULA, flops_per_token, mfu  # noqa: E402
-from helpers.job.models import preset  # noqa: E402
+from helpers import launch
+from helpers.job.flops import FORMULA, flops_per_token, mfu
+from helpers.job.models import preset
+from helpers.job.paths import REPO_ROOT
 
 VOCAB = 50304
 SIZES = {  # name -> (kit preset, model fields, seq_len, micro batch, global batch)
@@ -80,8 +77,8 @@ def run_bare(size: str, attention: str, iters: int, fusions: bool = True, profil
     cfg = dict(model=model_of(size).to_dict(), seq_len=seq, micro_batch=mb, global_batch=gbs, iters=iters,
                attention=attention, fusions=fusions, fused_adam=fusions, profile=str(profile) if profile else None)
     env = dict(os.environ, NCCL_NVLS_ENABLE="0", PYTHONUNBUFFERED="1")
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bare_mcore_loop.py"), json.dumps(cfg)],
-                       capture_output=True, text=True, env=env, timeout=500)
+    p = subprocess.run([sys.executable, "-m", "benchmarks.speed.bare_mcore_loop", json.dumps(cfg)],
+                       capture_output=True, text=True, env=env, timeout=500, cwd=REPO_ROOT)
     line = next((x for x in p.stdout.splitlines() if x.startswith("BARE_RESULT ")), None)
     if line is None:
         raise RuntimeError(f"bare loop failed (rc {p.returncode}): {(p.stdout + p.stderr)[-3000:]}")
@@ -123,12 +120,14 @@ def table(results: dict, peak: float) -> str:
             b = results.get(f"bare/{size}/sdpa", {})
             ratio = f"{r['tokens_per_s'] / b['tokens_per_s']:.3f}" if "tokens_per_s" in b else ""
             lines.append(f"| {size} | {key.split('/', 2)[2]} (kit only) | {r['tokens_per_s']:,.0f} | | {ratio} | "
-                         f"{r['step_time_s']:.3f} | | {mfu(r['tokens_per_s'], model_of(size), SIZES[size][2], peak):.1%} | | "
+                         f"{r['step_time_s']:.3f} | | "
+                         f"{mfu(r['tokens_per_s'], model_of(size), SIZES[size][2], peak):.1%} | | "
                          f"{r['max_allocated_bytes'] / 2**30:.1f} | |")
         if key.startswith("bare-extra/") and "error" not in r:
             size = key.split("/")[1]
             lines.append(f"| {size} | {key.split('/', 2)[2]} (bare only) | | {r['tokens_per_s']:,.0f} | | | "
-                         f"{r['step_time_s']:.3f} | | {mfu(r['tokens_per_s'], model_of(size), SIZES[size][2], peak):.1%} | | "
+                         f"{r['step_time_s']:.3f} | | "
+                         f"{mfu(r['tokens_per_s'], model_of(size), SIZES[size][2], peak):.1%} | | "
                          f"{r['max_allocated_bytes'] / 2**30:.1f} |")
     return "\n".join(lines)
 

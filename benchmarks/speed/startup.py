@@ -2,7 +2,7 @@
 (torchrun start, `import megatron.core` in each rank, process groups, model, DDP, optimizer,
 seed-checkpoint load, first forward/backward/step). Prints one line per trial and the median.
 
-    .venv/bin/python benchmarks/startup.py [--trials 3]
+    python -m benchmarks.speed.startup [--trials 3]
 """
 import argparse
 import statistics

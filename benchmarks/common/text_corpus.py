@@ -4,13 +4,13 @@ WikiText-2's valid split is too small for.
 Why: this workplace has only WikiText-2's valid and test splits, so the kit trains on ~0.22M tokens
 of the valid split. A long run at a large global batch (200 iterations x 64 x 2048 tokens = 26M
 tokens, ~120 passes) memorises that text, and the final loss then measures how fast a run
-memorises rather than what its precision does to training (README, "Precision", run 3). Any larger
+memorises rather than what its precision does to training (docs/results/precision.md). Any larger
 body of real text works; the GPU runs used Python 3.11's documentation sources (reST, 497 files, 11
 MB, 3.55M GPT-2 tokens: ~8 passes in such a run), from Debian's `python3.11-doc` package:
 
     apt-get download python3.11-doc && dpkg-deb -x python3.11-doc_*.deb pydoc
-    python benchmarks/text_corpus.py pydoc/usr/share/doc/python3.11/html/_sources DIR --glob '**/*.rst.txt'
-    # then launch.run(data="wikitext", data_dir="DIR", ...) or gpu_precision.py --data-dir DIR
+    python -m benchmarks.common.text_corpus pydoc/usr/share/doc/python3.11/html/_sources DIR --glob '**/*.rst.txt'
+    # then launch.run(data="wikitext", data_dir="DIR", ...) or benchmarks.speed.precision --data-dir DIR
 
 Each file becomes one article (a ' = relative/path = ' heading, the kit's article boundary, then
 its text); files go to valid or test by a hash of their path (about 5% each), so the split is the
@@ -19,15 +19,13 @@ an article heading are indented by one space.
 """
 import argparse
 import hashlib
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-# the kit's article boundary, which a file's own lines must not match
-from helpers.job.data_source import _HEADING as HEADING  # noqa: E402
-from helpers.job.data_source import RAW, WIKITEXT  # noqa: E402
+from helpers.job.data.wikitext import (
+    HEADING,  # the kit's article boundary, which a file's own lines must not match
+    RAW,
+    WIKITEXT,
+)
 
 HELD_OUT_PERCENT = 5  # each of valid and test
 

@@ -4,7 +4,7 @@ cell first, then the overrides below, as papermill would inject them), figures g
 every `assert` in the notebook applies. Writes <out>/<notebook>.log (printed output) and
 <out>/results.json (per notebook: passed or the error, wall time, every job's losses).
 
-    python benchmarks/gpu_lessons.py --out DIR [--notebooks 02_data_parallel,05_pipeline_parallel]
+    python -m benchmarks.notebooks.lessons --out DIR [--notebooks 03_data_parallel,06_pipeline_parallel]
 """
 import argparse
 import contextlib
@@ -17,20 +17,21 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the Agg backend)
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers.job.paths import REPO_ROOT  # noqa: E402
+
 # GPU parameters: 2 GPUs, so the largest group is 2; bf16 (the notebooks use 1e-2 relative then).
 GPU_PARAMETERS = {
-    "02_data_parallel": dict(device="cuda", dp_sizes=[2], iters=4, seq_len=128),
-    "03_tensor_parallel": dict(device="cuda", tp_sizes=[2], iters=4, seq_len=128),
-    "04_sequence_parallel": dict(device="cuda", tp_sizes=[2], iters=4, seq_len=128),
-    "05_pipeline_parallel": dict(device="cuda", pp_sizes=[2], iters=4, seq_len=128),
+    "03_data_parallel": dict(device="cuda", dp_sizes=[2], iters=4, seq_len=128),
+    "04_tensor_parallel": dict(device="cuda", tp_sizes=[2], iters=4, seq_len=128),
+    "05_sequence_parallel": dict(device="cuda", tp_sizes=[2], iters=4, seq_len=128),
+    "06_pipeline_parallel": dict(device="cuda", pp_sizes=[2], iters=4, seq_len=128),
 }
 
 
 def run_notebook(name: str, out: Path, overrides: dict) -> dict:
-    cells = json.loads((ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
+    cells = json.loads((REPO_ROOT / "notebooks" / f"{name}.ipynb").read_text())["cells"]
     code = [("".join(c["source"]), "parameters" in c.get("metadata", {}).get("tags", []))
             for c in cells if c["cell_type"] == "code"]
     ns = {"__name__": "__main__"}
@@ -65,7 +66,7 @@ def main():
     args = ap.parse_args()
     (args.out / "figures").mkdir(parents=True, exist_ok=True)
     import os
-    os.chdir(ROOT / "notebooks")  # as papermill runs them
+    os.chdir(REPO_ROOT / "notebooks")  # as papermill runs them
     results = {}
     for name in args.notebooks.split(","):
         results[name] = run_notebook(name, args.out, GPU_PARAMETERS[name])

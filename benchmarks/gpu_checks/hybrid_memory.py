@@ -1,4 +1,4 @@
-"""Hybrid Mamba-2/attention/MoE (Nemotron-H) on one GPU (issue 13, item 6): the kit's pure-torch
+"""Hybrid Mamba-2/attention/MoE (Nemotron-H) on one GPU: the kit's pure-torch
 Mamba-2 (helpers/runtime/layers/mamba/) on CUDA, and the memory planner's peak against torch's measured
 peak for several layouts of a random Nemotron-H imported through Megatron-Bridge (NCCL, bf16).
 Writes OUT/results.json; the plan is computed here too (the planner needs no GPU).
@@ -7,25 +7,21 @@ Writes OUT/results.json; the plan is computed here too (the planner needs no GPU
           forward+backward time of one Nemotron-3-Nano-sized mixer's math (conv, scan, gated norm)
   peaks:  launch.run(hf_model=..., device="cuda") per layout -> device_memory.json vs plan_memory
 
-    python benchmarks/gpu_hybrid.py --out DIR [--layouts s4096-mb1,s2048-mb2,s1024-mb4]
-    python benchmarks/gpu_hybrid.py --out DIR --smoke     # tiny model, CPU, the same steps
+    python -m benchmarks.gpu_checks.hybrid_memory --out DIR [--layouts s4096-mb1,s2048-mb2,s1024-mb4]
+    python -m benchmarks.gpu_checks.hybrid_memory --out DIR --smoke     # tiny model, CPU, the same steps
 """
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import torch
 
-import torch  # noqa: E402
-
-from helpers import launch  # noqa: E402
-from helpers.job.layout import Layout  # noqa: E402
-from helpers.launch import tiny_hf  # noqa: E402
-from helpers.memory.vs_measured import peak_rows  # noqa: E402
-from helpers.runtime.layers.mamba import ssd  # noqa: E402
+from helpers import launch
+from helpers.job.layout import Layout
+from helpers.launch import tiny_hf
+from helpers.memory.vs_measured import peak_rows
+from helpers.runtime.layers.mamba import ssd
 
 ENV = {"NCCL_NVLS_ENABLE": "0"}
 # Nemotron-H widths at 8 layers: Mamba 32 heads x 64 (inner 2 x hidden), 8 groups, state 128, chunk 128;
@@ -52,7 +48,8 @@ def scan_check(device: str, smoke: bool) -> dict:
     ref = ssd.sequential_scan(x, dt, A, B, C)
     dev = [t.to(device, torch.float32) for t in (x, dt, A, B, C)]
     y = ssd.ssd_scan(*dev, chunk_size=128).double().cpu()
-    out = {"shape": [b, length, h, p, groups, n], "max_rel_diff_fp32_vs_fp64": float((y - ref).abs().max() / ref.abs().max())}
+    out = {"shape": [b, length, h, p, groups, n],
+           "max_rel_diff_fp32_vs_fp64": float((y - ref).abs().max() / ref.abs().max())}
     # One Nemotron-3-Nano Mamba layer's math (64 heads x 64, 8 groups, state 128), bf16, 4096 tokens.
     b, length, h, p, groups, n = (1, 256, 4, 8, 2, 16) if smoke else (1, 4096, 64, 64, 8, 128)
     inner, conv = h * p, h * p + 2 * groups * n
@@ -90,7 +87,8 @@ def main():
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     device = "cpu" if args.smoke else "cuda"
-    results = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "scan": scan_check(device, args.smoke)}
+    results = {"device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+               "scan": scan_check(device, args.smoke)}
     print(json.dumps(results["scan"]), flush=True)
     folder = tiny_hf.make("nemotronh", args.out / "nemotronh", **({} if args.smoke else GPU_MODEL))
     results["model"] = json.loads((folder / "config.json").read_text())

@@ -14,12 +14,12 @@ against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocatio
      (KIT_CAPTURE_TENSORS), quantised by every recipe of helpers/precision/recipes.py (MXFP8 emulated).
 
     KIT_DATA_DIR=<folder with wikitext-2-raw-v1/ and tokenizers/gpt2/> \\
-    python benchmarks/gpu_precision.py --out DIR [--iters 200] [--global-batch 32] [--micro-batch 4]
+    python -m benchmarks.speed.precision --out DIR [--iters 200] [--global-batch 32] [--micro-batch 4]
         [--rowwise-iters 30] [--skip gemm,bf16,tensorwise,delayed,rowwise,recipes] [--merge EARLIER/results.json]
         [--repeat bf16|fp8_delayed]
         [--profile] [--data-dir CORPUS] [--job-timeout-s 420] [--lr-warmup-iters N --lr-decay cosine]
 
-Global batch 32 (8 microbatches) is the GPU-speed benchmark's (benchmarks/gpu_throughput.py); 200 of
+Global batch 32 (8 microbatches) is the GPU-speed benchmark's (benchmarks/speed/throughput.py); 200 of
 its iterations take ~4.5 minutes per precision on an H200, so one 10-minute device call holds one
 200-iteration run (plus the short ones): `--skip tensorwise,delayed,rowwise` (gemm, bf16, recipes),
 then `--skip gemm,bf16,delayed,rowwise,recipes --merge <that call's results.json>` (tensorwise), then
@@ -30,9 +30,9 @@ Each training row also has the host/device split of its steps (metrics.jsonl's f
 fwd_bwd_drain_s, medians): a drain near 0 means the host, not the GPU, sets the pace. --profile
 writes torch.profiler tables of each training run's last two iterations (DIR/profile_<run>.txt,
 KIT_TORCH_PROFILE; those two iterations are left out of the step time). --data-dir trains on another
-corpus in WikiText's layout (benchmarks/text_corpus.py: WikiText-2's ~0.22M training tokens are
+corpus in WikiText's layout (benchmarks/common/text_corpus.py: WikiText-2's ~0.22M training tokens are
 memorised in 200 iterations at global batch 32 or 64); --lr-warmup-iters/--lr-decay/--min-lr give
-the jobs a learning-rate schedule (runs 1-6: a constant 3e-4); losses are compared only between
+the jobs a learning-rate schedule (default: a constant 3e-4); losses are compared only between
 entries of the same data and schedule.
 """
 import argparse
@@ -42,19 +42,16 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchmarks.gpu_samples import GpuSamples  # noqa: E402
-from helpers import launch  # noqa: E402
-from helpers.job.flops import mfu  # noqa: E402
-from helpers.memory.vs_measured import peak_rows  # noqa: E402
+from benchmarks.common.gpu_samples import GpuSamples
+from helpers import launch
+from helpers.job.flops import mfu
+from helpers.memory.vs_measured import peak_rows
 
 MODEL = dict(num_layers=24, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192,
              vocab_size=50304, max_seq_len=2048)
 SEQ = 2048
 EVAL_EVERY = 25  # held-out (validation) loss every 25 iterations; test loss after the last
-LR = 3e-4  # peak learning rate (constant in runs 1-6)
+LR = 3e-4  # peak learning rate (constant unless --lr-warmup-iters/--lr-decay)
 PEAK_BF16 = 989e12  # H100/H200 dense bf16, datasheet
 WARMUP = 3
 # FP8 entries (fp8_<variant>): recipe, and whether the output layer's GEMMs are FP8 too (JobSpec.fp8_output_layer)
@@ -136,7 +133,8 @@ def quantiser_check(x) -> dict:
             q, qt, inverse = fp8_cast_gpu.scale_cast(x, f.max, f.dtype, dim, plain=True, transposed=True)
             out[f"{fmt}_{name}"] = {
                 "differing_bytes": int((q.view(torch.uint8) != want.view(torch.uint8)).sum()),
-                "differing_bytes_transposed": int((qt.view(torch.uint8) != want.t().contiguous().view(torch.uint8)).sum()),
+                "differing_bytes_transposed":
+                    int((qt.view(torch.uint8) != want.t().contiguous().view(torch.uint8)).sum()),
                 "differing_multipliers": int((inverse != want_inverse).sum())}
     f = formats.get("e4m3")
     bad = x[:64, :128].clone()
@@ -187,9 +185,10 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
     model = run.spec.model_preset()
     return {"precision": precision, "recipe": recipe if precision == "fp8" else None, "iters": iters,
             "fp8_output_layer": output_layer,
-            "global_batch": gbs, "micro_batch": micro, "machine": machine(), "step_time_s": step, "tokens_per_s": gbs * SEQ / step, **split,
+            "global_batch": gbs, "micro_batch": micro, "machine": machine(), "step_time_s": step,
+            "tokens_per_s": gbs * SEQ / step, **split,
             "mfu_vs_bf16_peak": mfu(gbs * SEQ / step, model, SEQ, PEAK_BF16), "losses": run.losses,
-            "step_times_s": [m["step_time_s"] for m in run.metrics],  # (drift over a long run: run 6)
+            "step_times_s": [m["step_time_s"] for m in run.metrics],  # steps slow down as the GPU warms
             "final_loss_mean10": statistics.mean(run.losses[-10:]), **held_out(run.evaluations),
             "max_allocated_bytes": peaks["0"]["mem_max_allocated_bytes"],
             "planned_bytes": plan["planned"], "plan_error": plan["error"],
@@ -199,14 +198,14 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
 
 
 def schedule(args) -> dict:
-    """The learning-rate schedule fields that differ from a constant lr (empty: runs 1-6's)."""
+    """The learning-rate schedule fields that differ from a constant lr (empty: constant)."""
     fields = {"lr_warmup_iters": args.lr_warmup_iters, "lr_decay": args.lr_decay, "min_lr": args.min_lr}
     return {} if fields == {"lr_warmup_iters": 0, "lr_decay": "constant", "min_lr": 0.0} else fields
 
 
 def machine() -> str:
-    """Which GPU ran an entry: speed-ups compare runs on one machine only (bf16 alone varied 2.5%
-    between machines of the same kind in run 3; --merge joins entries of different device calls)."""
+    """Which GPU ran an entry: speed-ups compare runs on one machine only (bf16 alone varies ~2.5%
+    between machines of the same kind; --merge joins entries of different device calls)."""
     import socket
 
     import torch
@@ -276,10 +275,11 @@ def main():
     ap.add_argument("--micro-batch", type=int, default=4)
     ap.add_argument("--rowwise-iters", type=int, default=30)
     ap.add_argument("--data-dir", help="text in WikiText's layout instead of KIT_DATA_DIR's WikiText-2 "
-                                       "(benchmarks/text_corpus.py); the tokenizer still comes from KIT_DATA_DIR")
+                                       "(benchmarks/common/text_corpus.py); the tokenizer still comes from "
+                                       "KIT_DATA_DIR")
     ap.add_argument("--job-timeout-s", type=int, default=420, help="each training job's time limit")
-    ap.add_argument("--lr-warmup-iters", type=int, default=0, help="JobSpec.lr_warmup_iters (runs 1-6: 0)")
-    ap.add_argument("--lr-decay", default="constant", help="JobSpec.lr_decay (runs 1-6: constant)")
+    ap.add_argument("--lr-warmup-iters", type=int, default=0, help="JobSpec.lr_warmup_iters")
+    ap.add_argument("--lr-decay", default="constant", help="JobSpec.lr_decay")
     ap.add_argument("--min-lr", type=float, default=0.0, help="JobSpec.min_lr")
     ap.add_argument("--profile", action="store_true", help="torch.profiler tables of each run's last two iterations")
     ap.add_argument("--skip", default="", help="comma list of gemm,bf16,tensorwise,delayed,rowwise,delayed_out,"
@@ -309,7 +309,8 @@ def main():
             brief = {k: r[k] for k in ("tokens_per_s", "mfu_vs_bf16_peak", "final_loss_mean10", "max_allocated_bytes",
                                        "planned_bytes", "fp8_linears", "fwd_bwd_issue_s", "fwd_bwd_drain_s")
                      if isinstance(r, dict) and k in r}
-            print(f"{key} ({time.time() - t0:.0f} s): {json.dumps(brief) if brief else json.dumps(r)[:3000]}", flush=True)
+            shown = json.dumps(brief) if brief else json.dumps(r)[:3000]
+            print(f"{key} ({time.time() - t0:.0f} s): {shown}", flush=True)
         except Exception as e:  # keep going: one failure should not hide the other measurements
             res[key] = {"error": str(e)[-3000:], **reached(e)}
             print(f"{key}: FAILED {str(e)[-2000:]}", flush=True)

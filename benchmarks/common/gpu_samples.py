@@ -1,13 +1,14 @@
 """The GPU's clock, power and temperature once a second while a benchmark's job runs (nvidia-smi in
-the background): whether a long run's slowdown is the GPU settling under load (run 8 of
-benchmarks/gpu_precision.py: at the 700 W limit, the clock falling as the GPU warms)."""
+the background): whether a long run's slowdown is the GPU settling under load (on an H200 the
+precision benchmark's jobs sit at the 700 W limit, the clock falling as the GPU warms:
+docs/results/precision.md)."""
 import statistics
 
 
 class GpuSamples:
     """The GPU's SM clock (MHz), power (W) and temperature (C) once a second while a job runs, from
-    nvidia-smi: run 7's steps slowed between iterations 25 and 75 and then held (FP8 by 2.4-2.7%,
-    bf16 by 1.2%), the shape of clocks settling under sustained load; these samples say whether that is it."""
+    nvidia-smi: a long run's steps slow down over its first ~75 iterations and then hold, the shape of
+    clocks settling under sustained load; these samples say whether that is it."""
     QUERY = ["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu", "--format=csv,noheader,nounits",
              "-lms", "1000"]
 

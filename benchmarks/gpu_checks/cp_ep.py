@@ -1,4 +1,4 @@
-"""GPU tier check for the CP and EP lessons (notebooks 06 and 07): the same worker on NCCL + bf16,
+"""GPU tier check for the CP and EP lessons (notebooks 07 and 08): the same worker on NCCL + bf16,
 each layout compared with the 1-GPU run of the same model from the same seed checkpoint.
 
   cp: a GPT-2-small-sized dense model (12 layers, hidden 768, 12 heads), sequence 4096; CP=2 with
@@ -7,7 +7,7 @@ each layout compared with the 1-GPU run of the same model from the same seed che
       8 heads, 2 query groups, 128 experts, top-8, vocabulary 151936); EP=2 with the alltoall and
       allgather dispatchers, and ETP=2.
 
-    python benchmarks/gpu_cp_ep.py --out DIR [--iters 10] [--suites cp,ep]
+    python -m benchmarks.gpu_checks.cp_ep --out DIR [--iters 10] [--suites cp,ep]
 
 Prints a markdown table and writes results.json (losses, grad norms, tokens/s, peak memory)."""
 import argparse
@@ -70,7 +70,8 @@ def main():
             print(f"{name}: done in {r['wall_s']:.0f} s, final loss {run.losses[-1]:.4f}, max rel. diff "
                   f"{r['max_rel_diff_vs_single']:.2e}", flush=True)
             (args.out / "results.json").write_text(json.dumps(results, indent=2))  # partial results survive a timeout
-    print("\n| layout | GPUs | loss it 1 | final loss | max rel. diff vs 1 GPU | grad norm max rel. diff | tokens/s | peak alloc GiB (rank 0) |")
+    print("\n| layout | GPUs | loss it 1 | final loss | max rel. diff vs 1 GPU | grad norm max rel. diff | tokens/s "
+          "| peak alloc GiB (rank 0) |")
     print("|---|---|---|---|---|---|---|---|")
     for name, r in results.items():
         if "error" in r:

@@ -1,10 +1,10 @@
 """Host (CPU) time of the kit's FP8 linear on a GPU, taken apart: is the FP8 training step host-bound?
 
-Why: on the H200 (2026-12-01, README "Precision") the 1.4B GPT's FP8 step took as long as bf16's
-(1.11 s) although its GPU kernels add up to ~0.85 s; one FP8 linear's forward + backward took
-~700 us of host time on tiny matrices against ~145 us for bf16, more than its parts measured alone
-add up to. This script measures, on matrices small enough that the GPU is never the limit
-(64 x 64), the host microseconds per call of:
+Why: an FP8 step whose GPU kernels add up to less than bf16's can still take as long as bf16's
+when the host cannot queue them fast enough (one FP8 linear's forward + backward costs several times
+bf16's host time, more than its parts measured alone add up to; docs/results/gpu_profile.md).
+This script measures, on matrices small enough that the GPU is never the limit (64 x 64), the
+host microseconds per call of:
 
   * bf16 forward+backward, FP8 forward+backward (tensorwise, rowwise, delayed; with and without the per-step
     weight cache of fp8_matmul.training_step);
@@ -16,7 +16,7 @@ add up to. This script measures, on matrices small enough that the GPU is never 
     own thread), under cProfile, and the real autograd call under torch.profiler (host time per op);
 and, at the real FC1 size (8192 x 2048 -> 8192), host time to queue a call against GPU time per call.
 
-    PYTHONPATH=$PWD python3 benchmarks/gpu_fp8_host.py --out DIR     (writes DIR/fp8_host.json, DIR/cprofile_*.txt,
+    python -m benchmarks.speed.fp8_host --out DIR     (writes DIR/fp8_host.json, DIR/cprofile_*.txt,
                                                                      DIR/torch_profile_tensorwise.txt)
 """
 import argparse
@@ -25,9 +25,6 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def host_us(fn, n=300) -> float:

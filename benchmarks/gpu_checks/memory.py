@@ -1,10 +1,10 @@
-"""Measured peak memory on GPUs for the memory planner's check (docs/memory.md).
+"""Measured peak memory on GPUs for the memory planner's check (docs/results/memory.md).
 
 Runs the kit's worker (NCCL, bf16 unless a layout says fp32) for a GPT large enough that activations
 matter, on 1 and 2 GPUs, and writes each run's spec plus torch's peak allocated/reserved bytes of
 every rank to results.json. The plan is computed afterwards (helpers/memory/ needs no GPU):
 
-    python benchmarks/memory_gpu.py --out DIR [--layouts g1,tp2,...]
+    python -m benchmarks.gpu_checks.memory --out DIR [--layouts g1,tp2,...]
     python -m helpers.memory.vs_measured DIR/results.json      # plan vs measured table
 
 One-GPU layouts run two at a time (one per GPU) when two GPUs are visible.
@@ -30,7 +30,7 @@ LAYOUTS = {  # name -> JobSpec fields (on top of BASE)
     "g1-fp32": dict(precision="fp32", seq_len=1024),
     "g1-m4": dict(global_batch=8),
     "g1-s4096-mb1": dict(seq_len=4096, micro_batch=1, model_overrides=dict(GPT, num_layers=6)),
-    # one-GPU layouts added with the SDPA attention (issue 19): longer sequences, Megatron's local
+    # one-GPU layouts for the SDPA attention: longer sequences, Megatron's local
     # attention for comparison, the distributed optimizer at DP=1, a MoE on one GPU
     "g1-local-attention": dict(attention="megatron_local"),
     "g1-local-s1024-mb4": dict(attention="megatron_local", seq_len=1024, micro_batch=4),
@@ -62,7 +62,8 @@ def _one(name, fields, job, results, gpu=None):
         print(f"{name}: FAILED {str(e)[:800]}", flush=True)
         return
     peaks = json.loads((run.path / "device_memory.json").read_text()) if (run.path / "device_memory.json").exists() \
-        else {"0": {k: max(m.get(k, 0) for m in run.metrics) for k in ("mem_max_allocated_bytes", "mem_max_reserved_bytes")}}
+        else {"0": {k: max(m.get(k, 0) for m in run.metrics)
+                    for k in ("mem_max_allocated_bytes", "mem_max_reserved_bytes")}}
     results[name] = {"spec": run.spec.to_dict(), "peaks": peaks, "ranks": {str(k): v for k, v in run.ranks.items()},
                      "device": run.ranks[0].get("device_name"), "wall_s": time.time() - t0,
                      "losses": run.losses}
@@ -75,9 +76,11 @@ def main():
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--layouts", default=",".join(LAYOUTS))
+    ap.add_argument("--attention", help="JobSpec.attention of every layout that does not set its own "
+                                        "(default: the kit's default, sdpa)")
     args = ap.parse_args()
     job = dict(iters=args.iters, lr=3e-4, device="cuda", out=str(args.out / "runs"), progress=False,
-               timeout_s=300, seed_checkpoint=False)
+               timeout_s=300, seed_checkpoint=False, **({"attention": args.attention} if args.attention else {}))
     results = {}
     names = args.layouts.split(",")
     single = [n for n in names if n.startswith("g1")]

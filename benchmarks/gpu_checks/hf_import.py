@@ -1,23 +1,19 @@
-"""HF import on one GPU (issue 12, item 8): a ~1.2B Llama-shaped and a DeepSeek-V2-Lite-shaped MoE
+"""HF import on one GPU: a ~1.2B Llama-shaped and a DeepSeek-V2-Lite-shaped MoE
 (3 of its 27 layers) random HF model, made with transformers' config classes, imported through
 Megatron-Bridge into the kit's worker (NCCL, bf16): logits vs transformers in bf16 on the same GPU,
 then a short training run (tokens/s, step time, peak memory). Writes OUT/results.json.
 
-    python benchmarks/gpu_hf_import.py --out DIR [--iters 8] [--models llama-1.2b,dsv2-lite-l3]
-    python benchmarks/gpu_hf_import.py --out DIR --smoke     # the same steps, tiny models, CPU
+    python -m benchmarks.gpu_checks.hf_import --out DIR [--iters 8] [--models llama-1.2b,dsv2-lite-l3]
+    python -m benchmarks.gpu_checks.hf_import --out DIR --smoke     # the same steps, tiny models, CPU
 """
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from helpers import launch  # noqa: E402
-from helpers.launch import hf_check, tiny_hf  # noqa: E402
+from helpers import launch
+from helpers.launch import hf_check, tiny_hf
 
 ENV = {"NCCL_NVLS_ENABLE": "0"}
 # The bf16 bound: a bf16 computation's logits differ from the fp32 ones by rounding that depends on
@@ -82,8 +78,10 @@ def main() -> None:
               f"argmax disagreement {r['argmax_disagreement']:.3f}; vs fp32: megatron bf16 "
               f"{r['megatron_bf16_vs_fp32'] or float('nan'):.2e}, transformers bf16 "
               f"{r['transformers_bf16_vs_fp32'] or float('nan'):.2e} (bound x{BF16_BOUND_FACTOR}: "
-              f"{'ok' if r['bf16_bound_ok'] else 'NOT MET' if r['bf16_bound_ok'] is False else 'n/a'}); loss {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}; "
-              f"{r['tokens_per_s']:,.0f} tokens/s, step {r['median_step_s']:.3f} s, peak {r['peak_allocated_gib']:.1f} GiB",
+              f"{'ok' if r['bf16_bound_ok'] else 'NOT MET' if r['bf16_bound_ok'] is False else 'n/a'}); "
+              f"loss {r['losses'][0]:.3f} -> {r['losses'][-1]:.3f}; "
+              f"{r['tokens_per_s']:,.0f} tokens/s, step {r['median_step_s']:.3f} s, "
+              f"peak {r['peak_allocated_gib']:.1f} GiB",
               flush=True)
         (args.out / "results.json").write_text(json.dumps(results, indent=1))
 

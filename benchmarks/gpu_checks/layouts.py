@@ -2,7 +2,7 @@
 each compared with the 1-GPU run from the same seed checkpoint. Prints a markdown table (loss per
 layout vs reference, tokens/s, peak memory) and writes results.json.
 
-    python benchmarks/gpu_layouts.py --out DIR [--iters 20] [--layouts tp2,pp2,dp2]
+    python -m benchmarks.gpu_checks.layouts --out DIR [--iters 20] [--layouts tp2,pp2,dp2]
 """
 import argparse
 import json

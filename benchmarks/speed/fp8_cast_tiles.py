@@ -2,23 +2,20 @@
 the 1.4B GPT's real operand shapes: which (BLOCK_M, BLOCK_K, warps) moves the bytes fastest (the
 kit's choice per kernel: SCALE_CAST_TILE, DELAYED_CAST_TILE).
 
-Why: in the FP8 training step of benchmarks/gpu_precision.py the casts are ~9% of the GPU time
-(H200, 2026-12-01: 97 us per delayed cast at micro batch 8, ~2.8 TB/s), and they are pure memory
+Why: in the FP8 training step of benchmarks/speed/precision.py the casts are ~9% of the GPU time
+on an H200 (~97 us per delayed cast at micro batch 8, ~2.8 TB/s), and they are pure memory
 traffic (2 bytes read, 1 + 1 written per value), so the tile is the one knob. Each configuration's
 output bytes are compared with the default's (they must be equal: the tile changes only which
 program handles which values). Times: triton.testing.do_bench, median, CUDA events; one layer's
 mix of shapes at micro batch 16 (x of QKV, projection and FC1 and dy of projection and FC2 are
 [tokens, 2048], x of FC2 and dy of FC1 [tokens, 8192], dy of QKV [tokens, 6144]).
 
-    PYTHONPATH=$PWD python3 benchmarks/gpu_fp8_cast_tiles.py --out DIR [--tokens 32768]   (DIR/cast_tiles.json)
+    python -m benchmarks.speed.fp8_cast_tiles --out DIR [--tokens 32768]   (DIR/cast_tiles.json)
 """
 import argparse
 import json
 import sys
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 CONFIGS = [(64, 128, 4), (64, 128, 8), (32, 128, 4), (128, 128, 4), (128, 128, 8), (64, 64, 4), (128, 64, 4),
            (64, 256, 4), (64, 256, 8), (128, 256, 8), (32, 256, 4), (256, 128, 8)]
@@ -68,7 +65,8 @@ def main():
     (args.out / "cast_tiles.json").write_text(json.dumps(out, indent=1))  # (kept if the summary fails)
     per_value = {"delayed": 4, "tensorwise": 6}  # bytes: 2 read + 1 + 1 written; tensorwise reads x for its amax too
     for kind in casts:
-        ok = {n: r[f"{kind}_layer"] for n, r in out["us"].items() if "error" not in r and out["equal_to_default"].get(n)}
+        ok = {n: r[f"{kind}_layer"] for n, r in out["us"].items()
+              if "error" not in r and out["equal_to_default"].get(n)}
         if not ok:
             print(f"{kind}: no tile ran", flush=True)
             continue

@@ -2,17 +2,16 @@
 (seq 2048, micro batch 16, 16 heads of 128, hidden 2048): rotary embedding of a query and a key
 (views of one QKV projection's output, as Megatron's attention makes them) and a LayerNorm, each
 forward + backward. FP8 makes the GEMMs ~2x faster, so these take a growing share of its step
-(README "Precision"); every ms saved here counts for both precisions.
+(docs/results/precision.md); every ms saved here counts for both precisions.
 
   rotary: Megatron's unfused function | the kit's compiled rotary (helpers/runtime/layers/rotary.py) |
           the kit's Triton rotary (helpers/runtime/layers/rotary_triton.py), values and gradients checked
           against Megatron's; the bytes a fused kernel must move, as a floor
   norm:   torch.nn.LayerNorm | the same module under torch.compile
 
-Measured (H200, 2026-12-02, docs/gpu_profile.md): the compiled rotary at ~2.9x its floor, and
-torch.compile'd LayerNorm 2x slower than torch's own.
+Results: docs/results/gpu_profile.md.
 
-Usage: python benchmarks/gpu_elementwise.py --out DIR  (writes DIR/elementwise.json)."""
+Usage: python -m benchmarks.speed.elementwise --out DIR  (writes DIR/elementwise.json)."""
 from __future__ import annotations
 
 import argparse
@@ -21,18 +20,7 @@ from pathlib import Path
 
 import torch
 
-
-def timed_ms(fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) / reps
+from benchmarks.common.cuda_timing import timed_ms
 
 
 def rotary_cases(s=2048, b=16, heads=16, dim=128) -> dict:

@@ -1,4 +1,4 @@
-"""A bare Megatron-Core training loop: the yardstick of benchmarks/gpu_throughput.py.
+"""A bare Megatron-Core training loop: the yardstick of benchmarks/speed/throughput.py.
 
 Written for the benchmark in the style of Megatron-Core's QuickStart loop (one GPU, NCCL, world
 size 1): Megatron's GPTModel on the local layer spec, wrapped as the kit's worker wraps it
@@ -8,7 +8,7 @@ the GPU. Nothing of the kit's runner, run directory or instrumentation: what the
 what the kit/bare ratio measures. The attention choice and the fusions are the same switches the
 kit has (the kit's SDPA core attention, or Megatron's local DotProductAttention).
 
-    python benchmarks/bare_mcore_loop.py '{"model": {...ModelPreset fields}, "seq_len": 2048,
+    python -m benchmarks.speed.bare_mcore_loop '{"model": {...ModelPreset fields}, "seq_len": 2048,
         "micro_batch": 4, "global_batch": 32, "iters": 10, "attention": "sdpa", "fusions": true, "fused_adam": true,
         "profile": null}'
 
@@ -20,8 +20,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the kit: its SDPA attention module
 
 
 def build(cfg: dict):

@@ -1,0 +1,1 @@
+"""Shared tools of the benchmarks: GPU clock/power sampling, a text folder as a WikiText-layout corpus."""

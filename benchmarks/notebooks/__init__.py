@@ -1,0 +1,1 @@
+"""The lesson notebooks run on GPUs where papermill is not installed."""
