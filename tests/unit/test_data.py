@@ -1,24 +1,26 @@
-"""Real data without launching jobs: where the text comes from, the errors for missing files,
-tokenizers, WikiText article splitting, SFT JSONL and its response-only loss mask, and
-Megatron's indexed dataset + GPTDataset over the kit's tokenized files."""
+"""Real data without launching jobs: where WikiText comes from, the errors for missing files,
+tokenizers, WikiText article splitting, the SFT sample and its answer-only loss mask, and
+Megatron's indexed dataset + GPTDataset over the kit's tokenized files. The user's own formats
+(text folders, JSONL, Parquet, indexed datasets) and their bad inputs: test_data_formats.py."""
 import json
 
 import pytest
 
 from helpers import launch
 from helpers.errors import DataNotFound
-from helpers.job import data_source, paths, tokenizer
+from helpers.job import data, paths
+from helpers.job.data import chat, tokenizers, wikitext
 from helpers.job.spec import JobSpec
 
 SHARED = paths.data_dir()
 needs_shared = pytest.mark.skipif(
-    SHARED is None or not (SHARED / data_source.WIKITEXT / "wiki.valid.raw").exists(),
+    SHARED is None or not (SHARED / wikitext.WIKITEXT / "wiki.valid.raw").exists(),
     reason="KIT_DATA_DIR with WikiText-2 and the tokenizers is not set (CI sets it)")
 
 
 def test_default_spec_keeps_the_synthetic_source():
     s = JobSpec()
-    assert s.data == "synthetic" and data_source.record(s) is None
+    assert s.data == "synthetic" and data.resolve(s) is None
 
 
 def test_missing_data_dir_names_the_path_and_how_to_get_the_data(tmp_path):
@@ -29,12 +31,12 @@ def test_missing_data_dir_names_the_path_and_how_to_get_the_data(tmp_path):
 
 
 def test_unreadable_file_is_named(tmp_path):
-    folder = tmp_path / data_source.WIKITEXT
+    folder = tmp_path / wikitext.WIKITEXT
     folder.mkdir()
     (folder / "wiki.valid.raw").write_text(" = A = \n")
     (folder / "wiki.test.raw").mkdir()  # exists, but cannot be read as a file
     with pytest.raises(DataNotFound, match="wiki.test.raw"):
-        data_source.resolve("wikitext", str(tmp_path))
+        wikitext.source(str(tmp_path))
 
 
 def test_tokenizer_too_big_for_the_model_says_how_to_fix():
@@ -44,65 +46,64 @@ def test_tokenizer_too_big_for_the_model_says_how_to_fix():
 
 def test_generated_corpus_is_labelled_and_deterministic(monkeypatch):
     monkeypatch.delenv("KIT_DATA_DIR", raising=False)
-    src = data_source.resolve("wikitext", "generated")
+    src = wikitext.source("generated")
     assert src.origin == "generated" and "generated" not in src.files
-    assert data_source.generated_wikitext("valid") == data_source.generated_wikitext("valid")
-    assert len(data_source.articles(data_source.generated_wikitext("valid"))) == 12
+    assert wikitext.generated_wikitext("valid") == wikitext.generated_wikitext("valid")
+    assert len(wikitext.articles(wikitext.generated_wikitext("valid"))) == 12
 
 
 def test_articles_split_at_top_level_headings_only():
     text = " \n = One = \n \n a b \n = = Sub = = \n c \n \n = Two = \n \n d \n"
-    arts = data_source.articles(text)
+    arts = wikitext.articles(text)
     assert len(arts) == 2 and "".join(arts) == text
     assert arts[0].startswith(" \n = One") and arts[1].startswith(" \n = Two")
 
 
 def test_hf_rows_convert_back_to_the_raw_file():
-    assert data_source.rows_to_raw(["", " = A = \n", "", " text \n"]) == " \n = A = \n \n text \n"
+    assert wikitext.rows_to_raw(["", " = A = \n", "", " text \n"]) == " \n = A = \n \n text \n"
 
 
 @needs_shared
 def test_shared_data_resolves_with_the_valid_file_carved_into_train_and_valid():
-    src = data_source.resolve("wikitext", None)
+    spec = JobSpec(data="wikitext", tokenizer="qwen3")
+    src = data.resolve(spec)
     assert src.origin == "local" and set(src.files) == {"valid", "test"}
     assert "first 90%" in src.splits["train"] and src.splits["test"] == "wiki.test.raw"
-    d = data_source.describe(src, "qwen3")
+    d = data.record(spec, src)
     assert d["sha256"]["valid"].startswith("4cd0f687") and d["sha256"]["test"].startswith("173c87a5")
 
 
 @needs_shared
 def test_bpe_tokenizers_match_the_published_ids():
-    q = tokenizer.load("qwen3", SHARED)
-    g = tokenizer.load("gpt2", SHARED)
+    q = tokenizers.load("qwen3", SHARED)
+    g = tokenizers.load("gpt2", SHARED)
     assert q.encode("Hello world") == [9707, 1879] and q.vocab_size == 151669
     assert g.encode("Hello world") == [15496, 995] and g.vocab_size == 50257
     assert g.decode(g.encode(" = Robert Boulter = ")) == " = Robert Boulter = "
 
 
 def test_byte_tokenizer_round_trips_and_fits_the_tiny_presets():
-    t = tokenizer.ByteTokenizer()
+    t = tokenizers.ByteTokenizer()
     assert t.decode(t.encode("héllo")) == "héllo" and t.vocab_size <= 512 and t.eod == 256
 
 
 def test_missing_tokenizer_file_is_named(tmp_path):
     with pytest.raises(DataNotFound, match=r"tokenizers/qwen3/tokenizer.json"):
-        tokenizer.files("qwen3", tmp_path)
+        tokenizers.files("qwen3", tmp_path)
 
 
-def test_sft_jsonl_errors_name_the_line(tmp_path):
-    p = tmp_path / "bad.jsonl"
-    p.write_text('{"prompt": "a", "response": "b"}\n{"prompt": "a"}\n')
-    with pytest.raises(ValueError, match="line 2"):
-        data_source.read_jsonl(p)
+def test_a_row_that_is_no_conversation_is_named():
+    with pytest.raises(ValueError, match="chat.jsonl, line 2: expected 'messages'"):
+        chat.conversation({"prompt": "a"}, None, "chat.jsonl, line 2")
+    with pytest.raises(ValueError, match="no assistant message"):
+        chat.conversation({"messages": [{"role": "user", "content": "hi"}]}, None, "x")
 
 
 def test_sft_loss_mask_covers_exactly_the_response_and_eod():
     import numpy
 
-    from helpers.job.data_source import sft_sample
-
-    prompt, response = numpy.array([10, 11, 12]), numpy.array([20, 21, 256])  # 256: eod
-    s = sft_sample(prompt, response, seq_len=8, pad=257)
+    ids, trained = numpy.array([10, 11, 12, 20, 21, 256]), numpy.array([0, 0, 0, 1, 1, 1])  # 256: eod
+    s = chat.sample(ids, trained, seq_len=8, pad=257)
     assert s["tokens"].tolist() == [10, 11, 12, 20, 21, 257, 257, 257]
     assert s["labels"].tolist() == [11, 12, 20, 21, 256, 257, 257, 257]
     assert s["loss_mask"].tolist() == [0, 0, 1, 1, 1, 0, 0, 0]  # labels 20, 21, eod
@@ -111,20 +112,20 @@ def test_sft_loss_mask_covers_exactly_the_response_and_eod():
 def test_sft_long_prompt_keeps_response_tokens():
     import numpy
 
-    from helpers.job.data_source import sft_sample
-
-    s = sft_sample(numpy.arange(100), numpy.array([500, 501]), seq_len=8, pad=0)
+    ids = numpy.concatenate([numpy.arange(100), [500, 501]])
+    s = chat.sample(ids, [0] * 100 + [1, 1], seq_len=8, pad=0)
     assert s["loss_mask"].sum() == 2 and s["labels"][-2:].tolist() == [500, 501]
 
 
 def test_megatron_gpt_dataset_over_the_kit_files(tmp_path, monkeypatch):
     """Tokenize the generated corpus into .bin/.idx and read it back through Megatron's builder
     (single process): samples are seq_len tokens, labels shifted by one, the index cache on disk."""
-    from helpers.runtime.data import indexed as data
+    from helpers.runtime.data import indexed
 
     monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
-    spec = JobSpec(data="wikitext", data_dir="generated", seq_len=32, iters=3, micro_batch=2, eval_iters=1)
-    prep = data.Prepared(spec, data_source.resolve(spec.data, spec.data_dir))
+    spec = JobSpec(data="wikitext", data_dir="generated", tokenizer="byte", seq_len=32, iters=3, micro_batch=2,
+                   eval_iters=1)
+    prep = indexed.Prepared(spec, data.resolve(spec))
     prep.ensure_tokenized()
     splits = prep.build()
     s = splits["train"][0]
@@ -138,18 +139,20 @@ def test_megatron_gpt_dataset_over_the_kit_files(tmp_path, monkeypatch):
 
 
 def test_sft_dataset_through_megatron_builder(tmp_path, monkeypatch):
-    from helpers.runtime.data import indexed as data
+    from helpers.runtime.data import indexed
 
     monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
     p = tmp_path / "mine.jsonl"
     p.write_text("".join(json.dumps({"prompt": f"Q{i}: ", "response": f"A{i}"}) + "\n" for i in range(20)))
-    spec = JobSpec(data="sft", data_dir=str(p), seq_len=16, iters=2, micro_batch=2, eval_iters=1)
-    src = data_source.resolve(spec.data, spec.data_dir)
-    assert src.splits["train"].startswith("first 80%")
-    prep = data.Prepared(spec, src)
+    spec = JobSpec(data="sft", data_dir=str(p), tokenizer="byte", seq_len=16, iters=2, micro_batch=2, eval_iters=1,
+                   data_split="80,10,10")
+    src = data.resolve(spec)
+    assert src.splits["train"].startswith("80% of the rows of mine.jsonl")
+    prep = indexed.Prepared(spec, src)
     prep.ensure_tokenized()
     splits = prep.build()
-    assert prep.facts()["splits"]["train"]["documents"] == 16
+    assert prep.facts()["splits"]["all"]["documents"] == 20  # Megatron's split then takes 16 / 2 / 2
+    assert [len(splits[s].indices) for s in ("train", "valid", "test")] == [16, 2, 2]
     s = splits["train"][0]
     answer = prep.tokenizer.decode(s["labels"][s["loss_mask"] > 0].tolist())
     assert answer.startswith("A") and s["loss_mask"].sum() == len(answer) + 1  # + the eod token

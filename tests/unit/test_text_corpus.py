@@ -1,11 +1,11 @@
-"""benchmarks/text_corpus.py: a folder of text files becomes the three WikiText-layout files that
+"""benchmarks/common/text_corpus.py: a folder of text files becomes the three WikiText-layout files that
 `data="wikitext", data_dir=...` reads, one article per file, split by a hash of the path."""
 from pathlib import Path
 
 import pytest
 
-from benchmarks import text_corpus
-from helpers.job import data_source
+from benchmarks.common import text_corpus
+from helpers.job.data import wikitext
 
 
 def write_files(folder: Path, n: int) -> list[str]:
@@ -19,8 +19,8 @@ def write_files(folder: Path, n: int) -> list[str]:
 
 
 def read_articles(out: Path) -> dict[str, list[str]]:
-    folder = out / data_source.WIKITEXT
-    return {s: data_source.articles((folder / f).read_text(encoding="utf-8")) for s, f in data_source.RAW.items()}
+    folder = out / wikitext.WIKITEXT
+    return {s: wikitext.articles((folder / f).read_text(encoding="utf-8")) for s, f in wikitext.RAW.items()}
 
 
 def test_every_file_is_one_article_of_one_split_and_the_kit_reads_the_folder(tmp_path):
@@ -36,7 +36,7 @@ def test_every_file_is_one_article_of_one_split_and_the_kit_reads_the_folder(tmp
     assert titles == {n: text_corpus.split_of(n) for n in names}
     escaped = next(a for group in arts.values() for a in group if " = part0/doc000.txt = " in a)
     assert "\n  = Looks like a heading = \n" in escaped  # indented: not an article boundary
-    src_resolved = data_source.resolve("wikitext", str(out))
+    src_resolved = wikitext.source(str(out))
     assert set(src_resolved.files) == {"train", "valid", "test"}  # the train file is used, not carved
 
 

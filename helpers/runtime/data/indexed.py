@@ -1,14 +1,20 @@
-"""Real data for the workers: text -> tokens -> Megatron's indexed dataset (.bin/.idx) -> Megatron's
-own GPTDataset (pretraining) or the kit's SFTDataset (fine-tuning, sft.py), built by Megatron's
-BlendedMegatronDatasetBuilder with its index cache.
+"""Real data for the workers: documents -> tokens -> Megatron's indexed dataset (.bin/.idx) ->
+Megatron's own GPTDataset (continued pretraining) or the kit's SFTDataset (fine-tuning, sft.py),
+built by Megatron's BlendedMegatronDatasetBuilder with its index cache. Where the documents come
+from is decided before start (helpers/job/data/); a Megatron indexed dataset the user gives is used
+as it is, not tokenized again.
 
-Per node: local rank 0 of every node tokenizes the text into `<cache>/data/<key>/<host>/` and
+Per node: local rank 0 of every node tokenizes the documents into `<cache>/data/<key>/<node>/` and
 builds the datasets once *before* torch.distributed starts, so Megatron's builder runs in its
 single-process mode and writes the index cache (document/sample/shuffle indices) there; the other
 local ranks wait for its ready file. After the process groups exist every rank builds the same
 datasets from the cache (a cache hit). Nothing is shared between nodes except the recipe; every
-node's file hashes go into the report so a node that read different bytes is caught.
-"""
+node's file hashes go into the report so a node that read different bytes is caught. A new source,
+tokenizer or format is a new cache key: nothing already cached is overwritten.
+
+Splits: a source with a file per split (WikiText, a folder of train/valid/test files, the generated
+sets) gives one indexed dataset per split (Megatron's `blend_per_split`); one set of documents gives
+one indexed dataset that Megatron's `split` divides by documents (JobSpec.data_split)."""
 from __future__ import annotations
 
 import hashlib
@@ -29,14 +35,15 @@ from megatron.core.datasets.blended_megatron_dataset_config import (
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
 from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
 
-from helpers.job import data_source, paths
-from helpers.job import tokenizer as tokenizers
+from helpers.job import data, paths
+from helpers.job.data import documents, tokenizers
+from helpers.job.data.source import Source
 from helpers.job.spec import JobSpec
 from helpers.rundir import names
 from helpers.runtime.measure.gather import node_label
 
-FORMAT = 1  # bump when tokenization or the on-disk layout changes (a new cache key)
-SPLITS = ("train", "valid", "test")
+FORMAT = 2  # bump when tokenization or the on-disk layout changes (a new cache key)
+SPLITS = documents.SPLITS
 
 
 # ---- sizes ------------------------------------------------------------------------------
@@ -47,24 +54,9 @@ def sizes(spec: JobSpec) -> list[int]:
     return [max(1, spec.iters) * gb, spec.eval_iters * gb, spec.eval_iters * gb]
 
 
-# ---- preprocessing (text -> .bin/.idx) -------------------------------------------------------
-def _texts(src: data_source.Source) -> dict[str, list[str]]:
-    """Documents per split: WikiText articles, or SFT examples as JSON strings."""
-    if src.kind == "wikitext":
-        if src.origin == data_source.GENERATED:
-            return {s: data_source.articles(data_source.generated_wikitext(s)) for s in SPLITS}
-        read = {s: data_source.articles(Path(p).read_text(encoding="utf-8")) for s, p in src.files.items()}
-        if "train" not in read:  # no train file: carve train/valid out of the valid file's articles
-            arts = read["valid"]
-            cut = int(len(arts) * data_source.TRAIN_FRACTION)
-            read["train"], read["valid"] = arts[:cut], arts[cut:]
-        return read
-    examples = data_source.sft_splits(src)  # every split non-empty: the data rule sft_split_empty checked it
-    return {s: [json.dumps(e) for e in ex] for s, ex in examples.items()}
-
-
+# ---- documents -> .bin/.idx -------------------------------------------------------------------
 def _write_indexed(prefix: Path, docs: list[list[list[int]]], vocab: int) -> None:
-    """One document per entry, each a list of sequences (WikiText: [article]; SFT: [prompt, response])."""
+    """One document per entry, each a list of sequences (text: [ids]; chat: [ids, trained])."""
     builder = IndexedDatasetBuilder(str(prefix) + ".bin", dtype=DType.optimal_dtype(vocab))
     for seqs in docs:
         for s in seqs:
@@ -73,25 +65,25 @@ def _write_indexed(prefix: Path, docs: list[list[list[int]]], vocab: int) -> Non
     builder.finalize(str(prefix) + ".idx")
 
 
-def _tokenize(src: data_source.Source, tok, out: Path) -> dict:
+def _tokenize(src: Source, tok, out: Path) -> dict:
     stats = {}
-    for split, texts in _texts(src).items():
-        if src.kind == "wikitext":
-            docs = [[ids + [tok.eod]] for ids in tok.encode_batch(texts)]
+    for role, docs in data.read(src).items():
+        if src.kind == "text":
+            tokenized = [[ids + [tok.eod]] for ids in tok.encode_batch(docs)]
         else:
-            ex = [json.loads(t) for t in texts]
-            prompts = tok.encode_batch([e["prompt"] for e in ex])
-            responses = tok.encode_batch([e["response"] for e in ex])
-            docs = [[p, r + [tok.eod]] for p, r in zip(prompts, responses)]
-        _write_indexed(out / split, docs, tok.vocab_size)
-        stats[split] = {"documents": len(docs), "tokens": sum(len(s) for d in docs for s in d)}
+            tokenized = [list(tok.chat(messages)) for messages in docs]
+        _write_indexed(out / role, tokenized, tok.vocab_size)
+        stats[role] = {"documents": len(tokenized), "tokens": sum(len(d[0]) for d in tokenized)}
+        if src.kind == "chat":
+            stats[role]["trained_tokens"] = sum(sum(d[1]) for d in tokenized)
     return stats
 
 
-def node_key(src: data_source.Source, tok) -> str:
-    """Cache key of the tokenized data: format, source files' bytes (or the generator), tokenizer."""
-    files = {k: paths.sha256(Path(v)) for k, v in sorted(src.files.items())}
-    key = json.dumps([FORMAT, src.kind, src.origin, files, tok.unique_identifiers], sort_keys=True)
+def node_key(src: Source, tok) -> str:
+    """Cache key of the tokenized data: format, the source (its files' bytes, or the generator), tokenizer."""
+    files = {k: paths.sha256(Path(v)) for k, v in sorted(src.files.items()) if k != "prefix"}
+    key = json.dumps([FORMAT, src.kind, src.origin, src.format, src.column, src.split, files, tok.unique_identifiers],
+                     sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
@@ -102,16 +94,22 @@ def _hash_dir(folder: Path) -> dict[str, str]:
 class Prepared:
     """This node's tokenized data and the facts the report needs."""
 
-    def __init__(self, spec: JobSpec, src: data_source.Source):
+    def __init__(self, spec: JobSpec, src: Source):
         self.spec, self.src = spec, src
-        tok_dir = Path(src.tokenizer_dir) if src.tokenizer_dir else None
-        self.tokenizer = tokenizers.load(spec.tokenizer, tok_dir)
+        self.tokenizer = tokenizers.load(spec.tokenizer, Path(src.tokenizer_dir) if src.tokenizer_dir else None,
+                                         spec.hf_model)
         node, self.host = node_label()  # one cache folder per node, simulated nodes included
         self.dir = (paths.cache_dir() / "data" / f"{src.kind}-{spec.tokenizer}-{node_key(src, self.tokenizer)}"
                     / (node or socket.gethostname()))
 
     def facts(self) -> dict:
         return json.loads((self.dir / "facts.json").read_text())
+
+    def prefixes(self) -> dict[str, str]:
+        """The indexed datasets by role: a split's, "all", or the user's own prefix."""
+        if self.src.kind == "indexed":
+            return {"all": self.src.files["prefix"]}
+        return {p.stem: str(p.with_suffix("")) for p in sorted(self.dir.glob("*.idx"))}
 
     def ensure_tokenized(self) -> None:
         if (self.dir / "facts.json").exists():
@@ -120,13 +118,18 @@ class Prepared:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
         t0 = time.perf_counter()
-        stats = _tokenize(self.src, self.tokenizer, tmp)
-        tok_files = tokenizers.files(self.spec.tokenizer, Path(self.src.tokenizer_dir) if self.src.tokenizer_dir else None)
+        stats = {} if self.src.kind == "indexed" else _tokenize(self.src, self.tokenizer, tmp)
+        tok_dir = Path(self.src.tokenizer_dir) if self.src.tokenizer_dir else None
+        tok_files = tokenizers.files(self.spec.tokenizer, tok_dir)
+        given = ({ext: paths.sha256(Path(self.src.files["prefix"] + ext)) for ext in (".bin", ".idx")}
+                 if self.src.kind == "indexed" else {})
         facts = {"host": self.host, "source": self.src.to_dict(), "splits": stats,
-                 "source_sha256": {k: paths.sha256(Path(v)) for k, v in self.src.files.items()},
+                 "source_sha256": {k: paths.sha256(Path(v)) for k, v in self.src.files.items() if k != "prefix"}
+                 or given,
                  "tokenizer": {"name": self.spec.tokenizer, "vocab_size": self.tokenizer.vocab_size,
-                               "sha256": {k: paths.sha256(p) for k, p in tok_files.items()}},
-                 "indexed_sha256": _hash_dir(tmp), "tokenize_s": round(time.perf_counter() - t0, 3)}
+                               "sha256": ({k: paths.sha256(p) for k, p in tok_files.items()}
+                                          or self.tokenizer.unique_identifiers.get("files", {}))},
+                 "indexed_sha256": _hash_dir(tmp) or given, "tokenize_s": round(time.perf_counter() - t0, 3)}
         (tmp / "facts.json").write_text(json.dumps(facts, indent=2))
         if self.dir.exists():  # another job on this node finished first: keep theirs
             shutil.rmtree(tmp)
@@ -136,18 +139,20 @@ class Prepared:
 
     # ---- Megatron datasets -------------------------------------------------------------
     def config(self):
-        common = dict(random_seed=self.spec.seed, sequence_length=self.spec.seq_len,
-                      blend_per_split=[([str(self.dir / s)], None) for s in SPLITS],
+        prefixes = self.prefixes()
+        where = (dict(blend=([prefixes["all"]], None), split=self.src.split) if "all" in prefixes
+                 else dict(blend_per_split=[([prefixes[s]], None) for s in SPLITS]))
+        common = dict(random_seed=self.spec.seed, sequence_length=self.spec.seq_len, **where,
                       path_to_cache=str(self.dir / "index-cache"), tokenizer=self.tokenizer)
-        if self.src.kind == "wikitext":
-            return GPTDatasetConfig(reset_position_ids=False, reset_attention_mask=False,
-                                    eod_mask_loss=False, create_attention_mask=False, **common)
-        return BlendedMegatronDatasetConfig(**common)
+        if self.src.kind == "chat":
+            return BlendedMegatronDatasetConfig(**common)
+        return GPTDatasetConfig(reset_position_ids=False, reset_attention_mask=False,
+                                eod_mask_loss=False, create_attention_mask=False, **common)
 
     def build(self) -> dict:
         from helpers.runtime.data.sft import SFTDataset
 
-        cls = GPTDataset if self.src.kind == "wikitext" else SFTDataset
+        cls = SFTDataset if self.src.kind == "chat" else GPTDataset
         built = BlendedMegatronDatasetBuilder(cls, sizes(self.spec), lambda: True, self.config()).build()
         return dict(zip(SPLITS, built))
 
@@ -155,7 +160,7 @@ class Prepared:
 def prepare(run_dir: Path, spec: JobSpec) -> Prepared:
     """Before torch.distributed starts: local rank 0 of each node tokenizes and builds the index
     cache; the node's other ranks wait for its ready file (which names this node's hashes)."""
-    src = data_source.resolve(spec.data, spec.data_dir)
+    src = data.resolve(spec)
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
     prep = Prepared(spec, src)
     ready = Path(run_dir) / names.LOGS / f"data-ready-node{os.environ.get('GROUP_RANK', 0)}.json"

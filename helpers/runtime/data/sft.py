@@ -1,5 +1,6 @@
-"""SFTDataset: prompt/response pairs for supervised fine-tuning, as a Megatron dataset that
-Megatron's BlendedMegatronDatasetBuilder builds from the kit's indexed files (indexed.py)."""
+"""SFTDataset: chat examples for supervised fine-tuning, as a Megatron dataset that Megatron's
+BlendedMegatronDatasetBuilder builds (and Megatron's `split` divides) from the kit's indexed files
+(indexed.py)."""
 from __future__ import annotations
 
 import numpy
@@ -7,14 +8,14 @@ import torch
 from megatron.core.datasets.indexed_dataset import IndexedDataset
 from megatron.core.datasets.megatron_dataset import MegatronDataset
 
-from helpers.job import data_source
+from helpers.job.data import chat
 
 
 class SFTDataset(MegatronDataset):
-    """Prompt/response pairs, one per sample, **padded** (not packed) to seq_len: the local
-    attention has no per-document masking, so packing would let an example attend to the one
-    before it. Loss only on response tokens (and the closing end-of-document token). Stored as a
-    Megatron indexed dataset whose documents are [prompt, response] sequence pairs."""
+    """Chat examples, one per sample, **padded** (not packed) to seq_len: the local attention has no
+    per-document masking, so packing would let an example attend to the one before it. Loss only on
+    the answers' tokens (helpers/job/data/chat.sample). Stored as a Megatron indexed dataset whose
+    documents are [token ids, trained] sequence pairs (trained: 1 for an answer's token)."""
 
     @staticmethod
     def numel_low_level_dataset(low_level_dataset: IndexedDataset) -> int:
@@ -38,8 +39,8 @@ class SFTDataset(MegatronDataset):
     def __getitem__(self, idx: int) -> dict:
         doc = int(self.order[idx])
         first = int(self.dataset.document_indices[doc])
-        prompt, response = (self.dataset[first].astype(numpy.int64), self.dataset[first + 1].astype(numpy.int64))
-        sample = data_source.sft_sample(prompt, response, self.config.sequence_length, self.config.tokenizer.pad)
+        ids, trained = self.dataset[first].astype(numpy.int64), self.dataset[first + 1].astype(numpy.int64)
+        sample = chat.sample(ids, trained, self.config.sequence_length, self.config.tokenizer.pad)
         return {k: torch.from_numpy(v) for k, v in sample.items()}
 
 
