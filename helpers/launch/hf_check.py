@@ -30,9 +30,48 @@ def parity(hf_model: str, layouts: list[dict], nproc: int, load_dir: str | None 
     cases = []
     for sizes in layouts:  # every layout meets the rules before any process starts
         case = runner.validate(dataclasses.replace(base, **{**sizes, "nproc": nproc, "load_dir": None}), env)
-        cases.append({**sizes, "nproc": nproc, "hf_model": case.hf_model, "check_export": check_export})
+        cases.append({**sizes, "nproc": nproc, "hf_model": case.hf_model, "check_export": check_export,
+                      "attention": case.attention})  # as resolved for that model (attention sinks: Megatron's)
     spec = rules.resolve(dataclasses.replace(base, hf_parity_layouts=cases), env)
     run_dir = runner.new_run_dir(spec, spec.model_preset())
     spec.write(run_dir / names.SPEC)
     runner.execute(run_dir, spec)
     return json.loads((run_dir / names.HF_PARITY).read_text())
+
+
+def evaluated_samples(run, split: str = "valid") -> list[dict]:
+    """The samples a run's validation (or test) passes evaluated: the first eval_iters global batches
+    of that split of Megatron's dataset, rebuilt from the run's cache (the same tokens, in order)."""
+    import logging
+    import warnings
+
+    from helpers.job import data
+
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "no CUDA runtime" on CPU hosts
+    with warnings.catch_warnings():  # Megatron's import and its builder outside torch.distributed warn
+        warnings.simplefilter("ignore")
+        from helpers.runtime.data.indexed import Prepared  # Megatron's dataset builder, single process
+
+        spec = run.spec
+        dataset = Prepared(spec, data.resolve(spec)).build()[split]
+        return [dataset[i] for i in range(spec.eval_iters * spec.global_batch_size)]
+
+
+def transformers_loss(run, split: str = "valid") -> float:
+    """transformers' mean loss (fp32, eager attention) on exactly the samples the run evaluated, on the
+    HF folder the run imported: what the run's first validation pass must equal (every sample of a
+    text source counts all its tokens, so the means compare directly)."""
+    import torch
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
+    hf = transformers.AutoModelForCausalLM.from_pretrained(run.spec.hf_model, dtype=torch.float32,
+                                                           attn_implementation="eager").eval()
+    total = count = 0.0
+    with torch.no_grad():
+        for s in evaluated_samples(run, split):
+            logits = hf(s["tokens"][None]).logits[0]
+            losses = torch.nn.functional.cross_entropy(logits, s["labels"], reduction="none")
+            total += float((losses * s["loss_mask"]).sum())
+            count += float(s["loss_mask"].sum())
+    return total / count

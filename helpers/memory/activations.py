@@ -68,7 +68,7 @@ def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) ->
 def _mlp_act(model: ModelPreset, width: int, tokens: int, split: int, B: int) -> float:
     """fc1 output and what the activation saves, fc2 input."""
     f = width // split
-    per = {"swiglu": 4 * f, "gelu": 2 * f, "squared_relu": 2 * f}[model.activation]
+    per = {"swiglu": 4 * f, "geglu": 4 * f, "gelu": 2 * f, "squared_relu": 2 * f}[model.activation]
     return tokens * per * B
 
 
@@ -146,7 +146,7 @@ def _local_fp8(model, lay, tr, kind, T, Th, saved, transient) -> tuple[float, fl
     d = model.kv_channels or h // model.num_attention_heads
     q_w = model.num_attention_heads * d // tp
     qkv_w = (model.num_attention_heads + 2 * model.kv_heads) * d // tp
-    f = model.ffn_hidden_size // tp * (2 if model.activation == "swiglu" else 1)
+    f = model.ffn_hidden_size // tp * (2 if model.gated else 1)
     f_in = model.ffn_hidden_size // tp
     if tr.fp8_recipe in PER_TENSOR_FP8_RECIPES and not model.multi_latent_attention:
         saved += T * h * 1 - Th * h * B  # QKV input

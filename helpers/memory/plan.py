@@ -15,12 +15,12 @@ Two kinds of terms:
 * **Dynamic** (activations, logits/loss, workspace): a tensor-by-tensor account of what autograd
   saves per layer for one microbatch on the given backend, times the microbatches in flight of the
   pipeline schedule, plus the largest transient of the backward pass. Checked against torch's peak
-  allocated memory on H200s (docs/memory.md).
+  allocated memory on H200s (docs/results/memory.md).
 
 Allocator overhead: torch's caching allocator reserves more than it allocates (block rounding,
 fragmentation). The plan's ``peak_bytes`` is the *allocated* peak (what the 10% check is against);
 ``reserved_bytes`` adds ``Training.allocator_overhead`` (default 10%: the largest reserved/allocated
-excess measured in docs/memory.md was 7.2%) and is what ``fits`` compares with the device size.
+excess measured in docs/results/memory.md was 7.2%) and is what ``fits`` compares with the device size.
 NCCL's own buffers live outside torch's allocator; ``comm_buffers`` allows for them.
 """
 from __future__ import annotations

@@ -51,27 +51,42 @@ def _attention(model: ModelPreset, tp: int, p: str) -> list[Param]:
         return out
     d = model.kv_channels or h // a
     g = max(model.kv_heads // tp, 1)  # KV heads are replicated when tp > groups
-    out = [Param(p + "linear_proj.weight", h * a * d // tp),
-           Param(p + "linear_qkv.weight", (a // tp + 2 * g) * d * h)]
+    out = [Param(p + "core_attention.softmax_offset", a // tp)] if model.attention_sinks else []
+    out.append(Param(p + "linear_proj.weight", h * a * d // tp))
     if model.add_bias_linear:
-        out += [Param(p + "linear_proj.bias", h), Param(p + "linear_qkv.bias", (a // tp + 2 * g) * d)]
-    if model.qk_layernorm:
+        out.append(Param(p + "linear_proj.bias", h))
+    if model.sandwich_norms:  # inside the output projection (helpers/runtime/layers/post_norm.py)
+        out += _norm(model, p + "linear_proj.post_layernorm", h)
+    out.append(Param(p + "linear_qkv.weight", (a // tp + 2 * g) * d * h))
+    if model.add_bias_linear:
+        out.append(Param(p + "linear_qkv.bias", (a // tp + 2 * g) * d))
+    elif model.add_qkv_bias:
+        out.append(Param(p + "linear_qkv.bias", (a // tp + 2 * g) * d))
+    if model.qk_norm_full_width:  # the whole weight on every rank (helpers/runtime/layers/full_width_qk_norm.py)
+        out += _norm(model, p + "q_layernorm", a * d) + _norm(model, p + "k_layernorm", model.kv_heads * d)
+    elif model.qk_layernorm:
         out += _norm(model, p + "q_layernorm", d) + _norm(model, p + "k_layernorm", d)
     return out
 
 
 def _mlp(model: ModelPreset, width: int, split: int, p: str, expert: bool = False) -> list[Param]:
-    h, glu = model.hidden_size, 2 if model.activation == "swiglu" else 1
-    out = [Param(p + "linear_fc1.weight", glu * width // split * h, expert),
-           Param(p + "linear_fc2.weight", h * width // split, expert)]
+    h, glu = model.hidden_size, 2 if model.gated else 1
+    out = [Param(p + "linear_fc1.weight", glu * width // split * h, expert)]
     if model.add_bias_linear:
-        out += [Param(p + "linear_fc1.bias", glu * width // split, expert), Param(p + "linear_fc2.bias", h, expert)]
+        out.append(Param(p + "linear_fc1.bias", glu * width // split, expert))
+    out.append(Param(p + "linear_fc2.weight", h * width // split, expert))
+    if model.add_bias_linear:
+        out.append(Param(p + "linear_fc2.bias", h, expert))
+    if model.sandwich_norms and not expert and p.endswith("mlp."):  # the dense MLP's (post_norm.py)
+        out += _norm(model, p + "linear_fc2.post_layernorm", h)
     return out
 
 
 def _moe(model: ModelPreset, lay: Layout, p: str) -> list[Param]:
     h, E = model.hidden_size, model.num_experts
     out = [Param(p + "router.weight", E * h)]  # replicated on every rank, reduced over DP
+    if model.add_bias_linear:
+        out.append(Param(p + "router.bias", E))
     for e in range(E // lay.ep):
         out += _mlp(model, model.expert_ffn, lay.expert_tp, f"{p}experts.local_experts.{e}.", expert=True)
     if model.moe_shared_expert_intermediate_size:  # a dense MLP, split by TP

@@ -1,7 +1,7 @@
 """The memory plan next to what a run measured: static bytes (ranks.json, any device) and torch's
 peak allocated/reserved bytes per rank (device_memory.json or metrics.jsonl, GPU runs).
 
-    python -m helpers.memory.vs_measured RESULTS.json     # benchmarks/memory_gpu.py output -> markdown table
+    python -m helpers.memory.vs_measured RESULTS.json     # benchmarks/gpu_checks/memory.py output -> markdown table
 """
 from __future__ import annotations
 
@@ -38,8 +38,8 @@ def static_mismatches(spec: JobSpec, ranks: dict) -> list[str]:
 
 def peak_rows(spec: JobSpec, peaks: dict, training: dict | None = None) -> list[dict]:
     """One row per rank: planned peak allocated bytes vs torch's measured peak. `training`
-    overrides what Training.of(spec) assumes (a results file records it for runs made before a
-    setting existed, e.g. Megatron's local attention and unfused cross-entropy before issue 19)."""
+    overrides what Training.of(spec) assumes (a results file records it for runs whose settings differ
+    from today's defaults, e.g. Megatron's local attention and the unfused cross-entropy)."""
     lay, model = layout_and_model(spec)
     plan = plan_memory(model, lay, replace(Training.of(spec), **(training or {})))
     rows = []
@@ -54,8 +54,8 @@ def peak_rows(spec: JobSpec, peaks: dict, training: dict | None = None) -> list[
 
 
 def table(results: dict) -> str:
-    lines = ["| layout | model | seq x mb (M) | precision | attention | rank (stage) | planned GiB | peak allocated GiB "
-             "| error | peak reserved GiB | static exact |", "|---" * 11 + "|"]
+    lines = ["| layout | model | seq x mb (M) | precision | attention | rank (stage) | planned GiB "
+             "| peak allocated GiB | error | peak reserved GiB | static exact |", "|---" * 11 + "|"]
     for name, r in results.items():
         if "error" in r:
             lines.append(f"| {name} | failed | | | | | | | | | |")
@@ -67,7 +67,8 @@ def table(results: dict) -> str:
         for row in peak_rows(spec, r["peaks"], r.get("training")):
             lines.append(f"| {name} | L{model.num_layers} h{model.hidden_size}{' MoE' if model.is_moe else ''} | "
                          f"{spec.seq_len} x {spec.micro_batch} ({m}) | {spec.precision} | "
-                         f"{(r.get('training') or {}).get('attention', spec.attention)} | {row['rank']} ({row['stage']}) | "
+                         f"{(r.get('training') or {}).get('attention', spec.attention)} | "
+                         f"{row['rank']} ({row['stage']}) | "
                          f"{row['planned'] / 2**30:.2f} | {row['allocated'] / 2**30:.2f} | {row['error']:+.1%} | "
                          f"{row['reserved'] / 2**30:.2f} | {exact} |")
     return "\n".join(lines)

@@ -9,7 +9,9 @@ What it does and does not count (see docs/memory.md for numbers):
   (6 + 12/DP with the distributed optimizer, experts over EDP), for the *most loaded* shard: it puts
   the input embedding *and* 1/PP of the layers on stage 0 and ignores uneven PP, VPP and DDP padding;
   precision is fixed to bf16.
-* activations: Korthikanti et al. 2022, Table 2, with flash attention (no s x s scores), for the first
+* activations: Korthikanti et al. 2022, Table 2, with selective recomputation (the attention's s x s
+  scores recomputed, not stored): 34/TP per token and hidden unit with SP, printed only with
+  --sequence-parallel and --recompute-granularity selective, else 10 + 24/TP; for the first
   stage, dense MLP width for every layer (MoE top-k expansion, MLA and Mamba are not modelled; hybrid
   models are refused); 5% added for temporaries in the non-SP formula; no logits term when PP > 1.
 """
@@ -38,7 +40,7 @@ def megatron_args(model: ModelPreset, lay: Layout, tr: Training) -> SimpleNamesp
         moe_layer_freq=[0] * model.first_k_dense + [1] * (model.num_layers - model.first_k_dense) if moe else 1,
         moe_shared_expert_intermediate_size=model.moe_shared_expert_intermediate_size,
         moe_latent_size=None, moe_shared_expert_gate=False, mtp_num_layers=None,
-        swiglu=model.activation == "swiglu", normalization=model.normalization, add_bias_linear=model.add_bias_linear,
+        swiglu=model.gated, normalization=model.normalization, add_bias_linear=model.add_bias_linear,
         multi_latent_attention=model.multi_latent_attention, q_lora_rank=model.q_lora_rank,
         kv_lora_rank=model.kv_lora_rank, qk_head_dim=model.qk_head_dim,
         qk_pos_emb_head_dim=model.qk_pos_emb_head_dim, v_head_dim=model.v_head_dim,

@@ -1,13 +1,20 @@
-"""Hugging Face import through Megatron-Bridge (issue 12), on CPU in fp32, with the kit's tiny
+"""Hugging Face import through Megatron-Bridge, on CPU in fp32, with the kit's tiny
 random HF models (helpers/launch/tiny_hf.py: every family, norms randomised).
 
 * every family's logits equal transformers' in every layout it can take (one torchrun job for all:
   helpers/launch/hf_check.py), and import -> export without training is bit-identical;
+* each family added to the kit's builder trains 5 iterations at the layout that exercises it with
+  the losses of one process: Qwen2 (QKV biases) at TP=2, Mistral (sliding window) at CP=2, where
+  the window crosses the load-balanced chunks, DeepSeek-V3 and GLM-4.5 (sigmoid routing with a
+  routing bias, expert groups, shared experts; GLM's partial rotary) at EP=2, OLMoE (q/k norms over
+  all heads, split by heads) at TP=2+SP, GPT-OSS (attention sinks, alternating sliding windows,
+  biased experts), GLM-4.7-Flash (MLA with sigmoid routing) and Hunyuan V3 at EP=2, Gemma (scaled embeddings on the
+  first stage, tied to the last) at PP=2, Gemma 2 (sandwich norms, soft caps, windows) at TP=2+SP;
 * MLA (DeepSeek-V2 with q-LoRA, all layers dense) trains 5 iterations at TP=2 without SP and at
   CP=2 with the losses of one process; the K-RoPE gradient fix (helpers/runtime/layers/mla.py) is what
   makes TP=2 agree;
 * an HF checkpoint missing a tensor fails with one error naming the parameter.
-Notebook 13_hf_import asserts the rest of the flow, each against one process or transformers: dense
+Notebook 14_hf_import asserts the rest of the flow, each against one process or transformers: dense
 TP=2 x PP=2 training, reload at another layout (eval loss), the trained export's logits, and
 DeepSeek-V2 with MoE at TP=2+SP x EP=2 (the fix's SP branch).
 Errors before launch: tests/unit/test_hf_model.py."""
@@ -18,6 +25,7 @@ from safetensors.torch import load_file, save_file
 
 from helpers import launch
 from helpers.launch import hf_check, tiny_hf
+from helpers.memory.vs_measured import static_mismatches
 
 RTOL = 1e-5  # fp32 on CPU: the measured differences are 1e-7 .. 5e-7
 TRAIN = dict(iters=5, seq_len=32, micro_batch=2, device="cpu", progress=False)
@@ -32,6 +40,11 @@ def hf(tmp_path_factory):
 DENSE = [dict(), dict(tp=2), dict(pp=2), dict(tp=2, sp=True)]  # dict() = TP=1 (DP=2)
 MOE = [dict(), dict(tp=2, sp=True), dict(ep=2), dict(tp=2, sp=True, ep=2, etp=1)]  # MoE+TP needs SP
 CASES = ([dict(family=f, **s) for f in ("llama", "qwen3") for s in DENSE]
+         + [dict(family="qwen2", **s) for s in DENSE[:2]] + [dict(family="mistral", **s) for s in (DENSE[0], DENSE[3])]
+         + [dict(family=f, **s) for f in ("dsv3", "glm4moe", "glm47flash", "hyv3") for s in MOE[:1] + MOE[2:3]]
+         + [dict(family="olmoe", **s) for s in MOE[:3]] + [dict(family="gemma", **s) for s in DENSE[:3]]
+         + [dict(family="gemma2", **s) for s in (DENSE[0], DENSE[3], DENSE[2])]
+         + [dict(family="gptoss", **s) for s in (dict(), dict(tp=2, sp=True, etp=1), dict(ep=2))]
          + [dict(family="qwen3moe", **s) for s in MOE + [dict(pp=2)]]
          + [dict(family="dsv2", **s) for s in MOE + [dict(pp=2, first_stage_layers=2, last_stage_layers=1)]]
          + [dict(family="dsv2lite", **s) for s in MOE[:3]])
@@ -52,6 +65,37 @@ def test_logits_equal_transformers_and_export_is_bit_identical(parity, hf, index
     assert record["max_rel_diff"] <= RTOL, record
     assert record["argmax_disagreement"] == 0.0, record
     assert record["export_identical"] is True, record
+
+
+# family -> the layout that exercises what it adds (a global batch of 4: EP=2 on 2 ranks is DP=2)
+TRAINED = {"qwen2": dict(tp=2), "mistral": dict(cp=2), "dsv3": dict(ep=2), "glm4moe": dict(ep=2),
+           "olmoe": dict(tp=2, sp=True), "gptoss": dict(ep=2), "glm47flash": dict(ep=2),
+           "hyv3": dict(ep=2), "gemma": dict(pp=2),
+           "gemma2": dict(tp=2, sp=True)}
+
+
+@pytest.fixture(scope="module")
+def trained(hf, two_at_a_time, tmp_path_factory):
+    """Per family: one process and its layout, 5 iterations each (independent jobs, two at a time)."""
+    out = str(tmp_path_factory.mktemp("trained"))
+
+    def job(key):
+        family, layout = key
+        sizes = {**TRAINED[family], "nproc": 2} if layout else {}
+        return launch.run(hf_model=hf[family], out=out, **TRAIN, global_batch=4, **sizes)
+    return two_at_a_time(job, [(f, layout) for f in TRAINED for layout in (False, True)])
+
+
+@pytest.mark.parametrize("family", TRAINED)
+def test_family_trains_at_its_layout_like_one_process(trained, family):
+    """Also: every rank of both holds the memory planner's static bytes exactly (the planner reads
+    the family from config.json: tests/unit/test_hf_memory_plan.py)."""
+    one, run = trained[(family, False)], trained[(family, True)]
+    for r in (one, run):
+        if isinstance(r, Exception):
+            raise r
+    _same_losses(run, one)
+    assert static_mismatches(one.spec, one.ranks) == [] and static_mismatches(run.spec, run.ranks) == []
 
 
 @pytest.fixture(scope="module")

@@ -4,11 +4,13 @@ Megatron-Core seeing no Transformer Engine (helpers/runtime/hf/te_standin.py).""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from helpers import launch
-from helpers.job import hf_model
+from helpers.job import architectures, hf_model
+from helpers.launch import tiny_hf
 
 LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64,
          "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 160, "vocab_size": 512,
@@ -21,10 +23,10 @@ DEEPSEEK = {**LLAMA, "architectures": ["DeepseekV2ForCausalLM"], "model_type": "
 
 def folder(tmp_path, config, weights=True):
     tmp_path.mkdir(parents=True, exist_ok=True)
+    if config is not None and weights:
+        return str(tiny_hf.config_only(tmp_path, config))  # the tensor names, no data: what is read before launch
     if config is not None:
         (tmp_path / "config.json").write_text(json.dumps(config))
-    if weights:
-        (tmp_path / "model.safetensors").write_bytes(b"")  # only its presence is checked before launch
     return str(tmp_path)
 
 
@@ -77,6 +79,49 @@ def test_description_follows_config_json(tmp_path):
     assert (q.kv_channels, q.qk_layernorm, q.tied_embeddings, q.activation) == (32, True, True, "swiglu")
 
 
+NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 64,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 96,
+              "vocab_size": 512, "layers_block_type": ["mamba", "moe", "attention", "mlp"], "mamba_num_heads": 8,
+              "mamba_head_dim": 16, "ssm_state_size": 16, "n_groups": 2, "n_routed_experts": 4,
+              "num_experts_per_tok": 2, "moe_intermediate_size": 32, "moe_shared_expert_intermediate_size": 48,
+              "n_shared_experts": 1, "max_position_embeddings": 256, "mlp_hidden_act": "relu2"}
+
+
+def _rename_tensor(folder: str, old: str, new: str) -> None:
+    """Rewrite the header of config_only's weightless safetensors with one name changed."""
+    path = Path(folder) / "model.safetensors"
+    raw = path.read_bytes()
+    header = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    header[new] = header.pop(old)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    path.write_bytes(len(text).to_bytes(8, "little") + text)
+
+
+def test_both_spellings_of_the_nemotron_h_embedding_pass_and_a_third_is_named_before_start(tmp_path):
+    """transformers' save_pretrained spells it `backbone.embedding.weight`, the published checkpoints
+    (and Bridge) `backbone.embeddings.weight`: both import (tests/jobs/test_hybrid.py trains the first
+    at PP=2); any other spelling is found in the safetensors header before a process starts."""
+    published = folder(tmp_path / "published", NEMOTRON_H)
+    assert hf_model.problems(published) == []
+    own = folder(tmp_path / "own", NEMOTRON_H)
+    _rename_tensor(own, "backbone.embeddings.weight", "backbone.embedding.weight")
+    assert hf_model.problems(own) == []
+    other = folder(tmp_path / "other", NEMOTRON_H)
+    _rename_tensor(other, "backbone.embeddings.weight", "backbone.embed.weight")
+    message = refused(tmp_path, hf_model=other)
+    assert "[hf_weights_unnamed]" in message and "backbone.embeddings.weight" in message
+    assert "backbone.embed.weight" in message and "backbone.embedding.weight" in message  # what it has, what passes
+    _rename_tensor(other, "backbone.layers.2.weight", "backbone.layer.2.weight")
+    assert "backbone.layers.2.*" in refused(tmp_path, hf_model=other)
+
+
+def test_an_unreadable_safetensors_file_is_named_before_start(tmp_path):
+    hf = folder(tmp_path / "m", LLAMA)
+    (Path(hf) / "model.safetensors").write_bytes(b"\x00" * 4)  # a truncated copy
+    assert "[hf_weights_unreadable]" in refused(tmp_path, hf_model=hf)
+
+
 STANDIN_CHECK = """
 from helpers.runtime.compat import cpu as cpu_compat
 cpu_compat.import_megatron_eagerly()
@@ -85,6 +130,8 @@ from helpers.runtime.hf import te_standin
 te_standin.{call}
 from megatron.bridge.utils.fusions import can_enable_gradient_accumulation_fusion
 flags = sorted(n for n, m in list(sys.modules.items()) if n.startswith("megatron.core") and getattr(m, "HAVE_TE", None) is True)
+from megatron.bridge.models.conversion.auto_bridge import AutoBridge
+print("REGISTRY", ",".join(AutoBridge.list_supported_models()))
 print(flags, "transformer_engine" in sys.modules, can_enable_gradient_accumulation_fusion())
 """
 
@@ -92,7 +139,13 @@ print(flags, "transformer_engine" in sys.modules, can_enable_gradient_accumulati
 @pytest.mark.parametrize("call", ["import_auto_bridge()", "import_auto_bridge(['LlamaForCausalLM'])"],
                          ids=["every-bridge", "one-architecture"])  # the second: helpers/runtime/hf/bridge_import.py
 def test_bridge_imports_and_megatron_core_still_sees_no_te(call):
+    """Also: Bridge's live registry is what helpers/job/architectures.py reads from its sources
+    (all of it after the full import; the one architecture after the single-bridge import)."""
     out = subprocess.run([sys.executable, "-c", STANDIN_CHECK.format(call=call)], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.strip().splitlines()[-1] == "[] False False"
+    lines = out.stdout.strip().splitlines()
+    assert lines[-1] == "[] False False"
+    registry = next(line for line in lines if line.startswith("REGISTRY ")).split(" ", 1)[1]
+    live = {a for a in registry.split(",") if a.endswith("ForCausalLM")}  # (diffusion bridges load elsewhere)
+    assert live == (set(architectures.text_architectures()) if call == "import_auto_bridge()" else {"LlamaForCausalLM"})

@@ -7,9 +7,10 @@ needs AutoBridge and the bridge of its own architecture (~2.4 s, mostly transfor
 registers itself when its module is imported (`MegatronModelBridge.register_bridge`), so importing
 that one module registers it exactly as the full import does.
 
-For the architectures in BRIDGE_MODULES the two packages are entered bare (the package object with
-its `__path__`, its `__init__` not run), then AutoBridge and the bridge module are imported as
-usual. Any other architecture gets the full import. Call it inside te_standin's stand-in, as
+For an architecture whose registering module helpers/job/architectures.py finds in Bridge's
+sources, the two packages are entered bare (the package object with its `__path__`, its `__init__`
+not run), then AutoBridge and that bridge module are imported as usual. Any other architecture gets
+the full import. Call it inside te_standin's stand-in, as
 `te_standin.import_auto_bridge(architectures)` does."""
 from __future__ import annotations
 
@@ -17,15 +18,8 @@ import importlib
 import importlib.util
 import sys
 
-# config.json "architectures" -> the module that registers its bridge (megatron-bridge 0.6.2): the
-# families of the kit's tiny models (helpers/launch/tiny_hf.py) and the lessons.
-BRIDGE_MODULES = {
-    "LlamaForCausalLM": "megatron.bridge.models.llama.llama_bridge",
-    "Qwen3ForCausalLM": "megatron.bridge.models.qwen.qwen3_bridge",
-    "Qwen3MoeForCausalLM": "megatron.bridge.models.qwen.qwen3_moe_bridge",
-    "DeepseekV2ForCausalLM": "megatron.bridge.models.deepseek.deepseek_v2_bridge",
-    "NemotronHForCausalLM": "megatron.bridge.models.nemotronh.nemotron_h_bridge",
-}
+from helpers.job import architectures as registry
+
 PACKAGES = ("megatron.bridge", "megatron.bridge.models")  # their __init__ imports every bridge
 BARE = "__kit_bare_package__"
 
@@ -45,8 +39,8 @@ def _is_bare(name: str) -> bool:
 
 def auto_bridge(architectures=()):
     """AutoBridge, with the bridge of every architecture in `architectures` registered (all of
-    Bridge's when one is not in BRIDGE_MODULES or none is given)."""
-    modules = [BRIDGE_MODULES.get(a) for a in architectures]
+    Bridge's when one has no registering module or none is given)."""
+    modules = [registry.bridge_module(a) for a in architectures]
     if "megatron.bridge" in sys.modules and not _is_bare("megatron.bridge"):  # the full import ran
         from megatron.bridge import AutoBridge
         return AutoBridge

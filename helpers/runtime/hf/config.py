@@ -22,15 +22,31 @@ PROVIDER_OVERRIDES = dict(
 )
 
 
+# Architectures whose q/k norms span all heads (full_width_qk_norm.py): Bridge builds them with its
+# own attention class in a TE layer spec, which the kit replaces.
+FULL_WIDTH_QK_NORM = ("OlmoeForCausalLM",)
+# Architectures whose embeddings are scaled by sqrt(hidden) (layers/embedding_scale.py): Bridge does it
+# in its Gemma providers' provide(), which the kit does not call.
+SCALED_EMBEDDING = ("GemmaForCausalLM", "Gemma2ForCausalLM")
+# Gemma 2: norms after attention and the MLP (layers/post_norm.py); Bridge's own attention windows
+# the odd layers, which Megatron's window_attn_skip_freq=2 says to the kit's attentions.
+SANDWICH_NORMS = ("Gemma2ForCausalLM",)
+
+
 def open_bridge(folder: str):
-    """Megatron-Bridge's AutoBridge for a local HF folder; never touches the network."""
+    """Megatron-Bridge's AutoBridge for a local HF folder, its mapping registry edited for the kit's
+    builder and the folder's own spelling of any aliased tensor name (registry.py); never touches
+    the network."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from helpers.job import hf_model
-    from helpers.runtime.hf import te_standin
+    from helpers.job import hf_model, hf_names
+    from helpers.runtime.hf import registry, te_standin
 
-    architectures = hf_model.read_config(folder).get("architectures") or ()
-    return te_standin.import_auto_bridge(architectures).from_hf_pretrained(folder)
+    config = hf_model.read_config(folder)
+    bridge = te_standin.import_auto_bridge(config.get("architectures") or ()).from_hf_pretrained(folder)
+    registry.register_kit_modules()
+    renames = hf_names.renames(hf_model.architecture(config), hf_names.tensor_names(folder))
+    return registry.edited(bridge, [registry.local_experts] + ([registry.folder_names(renames)] if renames else []))
 
 
 def provider_config(bridge, spec: JobSpec, on_cpu: bool, bf16: bool):
@@ -47,6 +63,12 @@ def provider_config(bridge, spec: JobSpec, on_cpu: bool, bf16: bool):
     if provider.num_moe_experts:
         overrides["moe_token_dispatcher_type"] = spec.moe_dispatcher
     provider.apply_overrides_and_finalize(overrides=overrides)
+    architectures = getattr(bridge.hf_pretrained.config, "architectures", None) or ()
+    provider.qk_norm_full_width = any(a in FULL_WIDTH_QK_NORM for a in architectures)
+    provider.scale_embedding = any(a in SCALED_EMBEDDING for a in architectures)
+    provider.sandwich_norms = any(a in SANDWICH_NORMS for a in architectures)
+    if provider.sandwich_norms and provider.window_size is not None:
+        provider.window_attn_skip_freq = 2
     if provider.multi_latent_attention:
         mla.prepare_config(provider)
     return provider

@@ -6,7 +6,7 @@ below under torch.compile.
 Why: Megatron's unfused rotary path (rope_utils.apply_rotary_pos_emb, plain torch) runs about ten
 elementwise kernels per call (slice, cos, sin, two multiplies, a negate and two concatenations)
 on the query and on the key of every layer; on a 1.4B GPT on one H200 they took ~12% of the step
-(docs/gpu_profile.md). `rotary` is the same formula for the common case (bshd layout, rotate-half,
+(docs/results/gpu_profile.md). `rotary` is the same formula for the common case (bshd layout, rotate-half,
 no MLA interleaving, no packed sequences), written once here so that torch.compile fuses it into
 one kernel forward and one backward; every other case goes to Megatron's own function unchanged.
 `install()` points Megatron's attention module at it; the worker calls it only on GPU (on CPU the

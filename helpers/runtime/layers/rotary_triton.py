@@ -4,7 +4,7 @@ the kit's fastest stand-in for Transformer Engine's fused RoPE.
 Why not only torch.compile (rotary.rotary): on the 1.4B GPT's query and key (views into
 the QKV projection's output, seq 2048 x micro batch 16 x 16 heads x 128) the compiled kernels took
 1.03 ms per layer forward + backward, 2.9x the 0.36 ms its bytes need at 3 TB/s
-(benchmarks/gpu_elementwise.py, H200, 2026-12-02), and both precisions pay it in every layer. Here
+(benchmarks/speed/elementwise.py, H200, 2026-12-02), and both precisions pay it in every layer. Here
 each program takes one sequence position and a block of (batch, head) rows: it computes that
 position's cos and sin once, reads each row's two halves once (through the view's strides, no copy)
 and writes the rotated row contiguous. The backward is the transposed rotation of the gradient
@@ -14,7 +14,7 @@ Arithmetic: Megatron's formula, t * cos + rotate_half(t) * sin with cos and sin 
 frequencies scaled by mscale and rounded to bf16 first (as rope_utils does), then computed in
 fp32 and rounded once to bf16 (as the compiled kernel does; eager torch rounds after each
 product). tests/unit/test_rope_triton.py checks it in Triton's interpreter on CPU;
-benchmarks/gpu_elementwise.py times it and reports its largest difference from Megatron's."""
+benchmarks/speed/elementwise.py times it and reports its largest difference from Megatron's."""
 from __future__ import annotations
 
 import torch
@@ -22,9 +22,9 @@ import triton
 import triton.language as tl
 
 # (batch, head) rows of one position per program, and warps per program. Swept on the H200
-# (2026-12-02, query + key of the 1.4B GPT, forward + backward, 4-64 rows x 1-8 warps; numbers in
-# docs/precision_gpu_results.json run5): 0.29 ms per layer with 16 rows on 2 warps (8 rows on 2:
-# the same), 0.70 ms with 16 rows on 4 warps, the first choice.
+# (2026-12-02, query + key of the 1.4B GPT, forward + backward, 4-64 rows x 1-8 warps;
+# docs/results/gpu_profile.md): 0.29 ms per layer with 16 rows on 2 warps (8 rows on 2: the same),
+# 0.70 ms with 16 rows on 4 warps.
 ROWS_PER_PROGRAM, WARPS = 16, 2
 
 

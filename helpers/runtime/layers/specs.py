@@ -1,10 +1,11 @@
 """The layer specs the kit builds every GPT with: Megatron-Core's local spec (no Transformer Engine),
 chosen per layer from the config, with the kit's modules where the local backend lacks one.
 
-Per layer: a dense MLP or experts (`moe_layer_freq`: DeepSeek's leading dense layers), qk-norm,
-multi-latent attention. Replaced by the kit:
+Per layer: a dense MLP or experts (`moe_layer_freq`: DeepSeek's leading dense layers), qk-norm
+(per head, or over all heads: full_width_qk_norm.py for OLMoE), multi-latent attention. Replaced by the kit:
   * every norm (input, pre-MLP, final, q/k) -> SequenceParallelNorm: the local WrappedTorchNorm
     refuses sequence parallel;
+  * biased experts' down projection -> biased_experts.RowParallelLinearForBiasedExperts (GPT-OSS);
   * MLA's latent norms -> mla.LayerNormColumnParallelLinearForMLA (norm fused into the up
     projection; the local backend has no fused norm-linear), MLA itself -> mla.MLASelfAttentionTP
     (the K-RoPE gradient fix);
@@ -23,9 +24,11 @@ from megatron.core.transformer.transformer_block import (
 )
 from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
-from helpers.runtime.layers import fp8_linear, mla
+from helpers.runtime.layers import biased_experts, fp8_linear, mla, post_norm
 from helpers.runtime.layers.attention.context_parallel import ContextParallelAttention
 from helpers.runtime.layers.attention.core import SDPACoreAttention
+from helpers.runtime.layers.attention.softcap import SoftcapCoreAttention
+from helpers.runtime.layers.full_width_qk_norm import FullWidthKNorm, FullWidthQNorm
 from helpers.runtime.layers.norm import SequenceParallelNorm
 
 
@@ -43,6 +46,8 @@ def core_attention(config, attention: str):
     its context-parallel form when cp > 1), or Megatron's local DotProductAttention
     ("megatron_local"), which the spec already holds (None). The rules refuse megatron_local with
     CP (it refuses CP) and with MLA (it refuses MLA's head sizes, Megatron-LM #1589)."""
+    if getattr(config, "attn_logit_softcapping", None):  # Gemma 2 (attention/softcap.py)
+        return SoftcapCoreAttention
     if config.context_parallel_size > 1:
         return ContextParallelAttention
     return SDPACoreAttention if attention == "sdpa" else None
@@ -63,9 +68,16 @@ def layer_spec(config, moe: bool, attention: str, fp8_recipe: str | None = None)
         submodules.core_attention = chosen
     if use_mla:
         mla.use_in(sub.self_attention, config)
+    elif getattr(config, "qk_norm_full_width", False):  # OLMoE (set by helpers/runtime/hf/config.py)
+        submodules.q_layernorm = FullWidthQNorm
+        submodules.k_layernorm = FullWidthKNorm
     elif config.qk_layernorm:
         submodules.q_layernorm = SequenceParallelNorm
         submodules.k_layernorm = SequenceParallelNorm
+    if getattr(config, "sandwich_norms", False) and not moe:  # Gemma 2 (post_norm.py)
+        post_norm.use_in(spec)
+    if moe and config.add_bias_linear:  # GPT-OSS: the experts' in-place bias add (biased_experts.py)
+        biased_experts.use_in(spec)
     if fp8_recipe:
         fp8_linear.use_in(spec, fp8_recipe)
     return spec

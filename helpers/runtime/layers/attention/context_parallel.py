@@ -19,7 +19,7 @@ class ContextParallelAttention(torch.nn.Module):
     and easy to read; a ring (what TE's `p2p` mode does) overlaps each K/V transfer with compute,
     which pays off only on GPUs with long sequences. Memory for K/V is then O(full sequence) per
     rank; queries, scores and everything outside attention stay split by CP. Accepts MLA's
-    `k_channels`/`v_channels` like SDPACoreAttention."""
+    `k_channels`/`v_channels` and the sliding window (on global positions) like SDPACoreAttention."""
 
     def __init__(self, config, layer_number, attn_mask_type, attention_type=None, cp_comm_type=None,
                  softmax_scale=None, pg_collection=None, k_channels=None, v_channels=None, **_unused):
@@ -29,8 +29,14 @@ class ContextParallelAttention(torch.nn.Module):
 
         if attn_mask_type != AttnMaskType.causal:
             raise ValueError("the kit's context-parallel attention supports causal masks only")
+        from megatron.core.transformer.utils import is_layer_window_attention
+
+        from helpers.runtime.layers.attention.core import window_left
+
         self.cp_group = getattr(pg_collection, "cp", None) or ps.get_context_parallel_group()
         self.scale = softmax_scale or (k_channels or config.kv_channels) ** -0.5
+        self.window = window_left(config, layer_number) if is_layer_window_attention(
+            config.window_size, config.window_attn_skip_freq, max(1, layer_number)) else None
 
     def _positions(self, rank: int, cp: int, chunk: int, device) -> torch.Tensor:
         """Global sequence positions of the rows a CP rank holds (its two load-balanced chunks)."""
@@ -44,7 +50,7 @@ class ContextParallelAttention(torch.nn.Module):
             gather_from_sequence_parallel_region,
         )
 
-        from helpers.runtime.layers.attention.sdpa import attend
+        from helpers.runtime.layers.attention.sdpa import attend, sliding_window
 
         # query: [s_local, b, heads, dk]; key: [s_local, b, kv_heads, dk]; value: [.., dv]
         cp, rank = self.cp_group.size(), self.cp_group.rank()
@@ -54,4 +60,6 @@ class ContextParallelAttention(torch.nn.Module):
         q_pos = self._positions(rank, cp, chunk, query.device)
         k_pos = torch.cat([self._positions(j, cp, chunk, query.device) for j in range(cp)])
         allowed = k_pos[None, :] <= q_pos[:, None]  # causal, on global positions
+        if self.window is not None:
+            allowed = sliding_window(allowed, q_pos, k_pos, self.window)
         return attend(query, key, value, self.scale, causal=True, allowed=allowed)

@@ -4,9 +4,10 @@ the layer spec's `core_attention` (helpers/runtime/build.py; JobSpec.attention =
 Same constructor and call as Megatron's (what `SelfAttention`/`MLASelfAttention` pass), computed
 by `sdpa.attend`. Beyond the local class it accepts MLA's `k_channels`/`v_channels` (different
 query/key and value head sizes; Megatron-LM issue #1589 is the local class refusing them) and
-sizes its output from the value head size. What it does not do is refused at construction or
-call, never silently computed differently: context parallel (ContextParallelAttention does
-that), sliding windows, softmax offsets, attention bias, packed sequences."""
+sizes its output from the value head size, and takes Megatron's sliding window (`window_size`,
+on the layers `window_attn_skip_freq` picks, as Megatron's own attention decides). What it does not
+do is refused at construction or call, never silently computed differently: context parallel
+(ContextParallelAttention does that), softmax offsets, attention bias, packed sequences."""
 from __future__ import annotations
 
 import torch
@@ -24,8 +25,8 @@ class SDPACoreAttention(torch.nn.Module):
 
         if config.context_parallel_size > 1:
             raise ValueError("SDPACoreAttention is for cp=1; context parallel uses ContextParallelAttention")
-        if config.window_size is not None:
-            raise ValueError("the kit's SDPA attention has no sliding window; use attention='megatron_local'")
+        from megatron.core.transformer.utils import is_layer_window_attention
+
         if config.softmax_type != "vanilla":
             raise ValueError(f"softmax_type={config.softmax_type!r} needs Megatron's own attention "
                              "(attention='megatron_local')")
@@ -39,6 +40,8 @@ class SDPACoreAttention(torch.nn.Module):
         # softmax: no net change, so nothing to do for it here.)
         self.softmax_scale = softmax_scale if softmax_scale is not None else self.k_channels ** -0.5
         self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
+        self.window = window_left(config, self.layer_number) if is_layer_window_attention(
+            config.window_size, config.window_attn_skip_freq, self.layer_number) else None
 
     def forward(self, query, key, value, attention_mask=None, attn_mask_type=None, attention_bias=None,
                 packed_seq_params=None):
@@ -52,5 +55,13 @@ class SDPACoreAttention(torch.nn.Module):
         if dropout_p and not self.config.sequence_parallel:  # as Megatron's: TP ranks drop differently
             from megatron.core import tensor_parallel
             with tensor_parallel.get_cuda_rng_tracker().fork():
-                return attend(query, key, value, self.softmax_scale, self.causal, allowed, dropout_p)
-        return attend(query, key, value, self.softmax_scale, self.causal, allowed, dropout_p)
+                return attend(query, key, value, self.softmax_scale, self.causal, allowed, dropout_p, self.window)
+        return attend(query, key, value, self.softmax_scale, self.causal, allowed, dropout_p, self.window)
+
+
+def window_left(config, layer_number: int) -> int:
+    """How far back a query sees, from Megatron's `window_size=(left, right)`: causal windows only."""
+    left, right = config.window_size
+    if right not in (0, None) or left is None or left < 0:
+        raise ValueError(f"window_size={config.window_size}: the kit's attention takes causal windows (left, 0)")
+    return left

@@ -1,0 +1,97 @@
+"""The tensor names of an HF folder against the names Megatron-Bridge looks up, before any process
+starts: read from the safetensors headers (an 8-byte length, then JSON; no torch, no data read).
+
+Two spellings of one tensor exist in folders users have: transformers 5.12.1's own NemotronH
+`save_pretrained` writes the embedding as `backbone.embedding.weight` (the reverse of its load-time
+renaming), while the published checkpoints and Bridge 0.6.2's mapping say `backbone.embeddings.weight`.
+ALIASES lists such spellings; `renames` says which one a folder uses, and the worker hands Bridge
+that name (helpers/runtime/hf/names.py), so import and export keep the folder's own spelling.
+
+What Bridge needs besides the per-layer tensors (REQUIRED: embedding, final norm, output layer
+unless tied; plus every layer index) is checked here; a name that matches neither Bridge's spelling
+nor an alias is one violation naming the tensors and the fix."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from helpers.job.rules.violation import Found, Violation
+
+# architecture -> {Bridge's name: other names of the same tensor in saved folders}
+ALIASES = {
+    "NemotronHForCausalLM": {"backbone.embeddings.weight": ("backbone.embedding.weight",)},
+}
+DECODER = ("model.embed_tokens.weight", "model.norm.weight", "model.layers")
+REQUIRED = {  # architecture -> (embedding, final norm, prefix of the layers); the output layer is lm_head.weight
+    "NemotronHForCausalLM": ("backbone.embeddings.weight", "backbone.norm_f.weight", "backbone.layers"),
+}
+OUTPUT = "lm_head.weight"
+
+
+class Unreadable(ValueError):
+    pass
+
+
+def tensor_names(folder: str | Path) -> set[str]:
+    """Every tensor name in the folder's *.safetensors headers."""
+    names = set()
+    for file in sorted(Path(folder).glob("*.safetensors")):
+        try:
+            with open(file, "rb") as f:
+                size = int.from_bytes(f.read(8), "little")
+                header = json.loads(f.read(size)) if 0 < size < 100_000_000 else None
+        except (OSError, ValueError) as e:
+            raise Unreadable(f"{file.name}: {e}") from e
+        if not isinstance(header, dict):
+            raise Unreadable(f"{file.name} has no safetensors header (size {file.stat().st_size} bytes)")
+        names |= {k for k in header if k != "__metadata__"}
+    return names
+
+
+def expected(architecture: str, config: dict) -> list[str]:
+    """Bridge's names of the non-layer tensors, and one prefix per layer ("model.layers.3.")."""
+    embedding, norm, layers = REQUIRED.get(architecture, DECODER)
+    count = len(config.get("layers_block_type") or config.get("hybrid_override_pattern") or ()) or \
+        config.get("num_hidden_layers", 0)
+    tied = bool(config.get("tie_word_embeddings", False))
+    return [embedding, norm] + ([] if tied else [OUTPUT]) + [f"{layers}.{i}." for i in range(count)]
+
+
+def renames(architecture: str, names: set[str]) -> dict[str, str]:
+    """Bridge's name -> the folder's, for every aliased tensor the folder spells the other way."""
+    out = {}
+    for bridge_name, others in ALIASES.get(architecture, {}).items():
+        if bridge_name not in names:
+            found = [o for o in others if o in names]
+            if found:
+                out[bridge_name] = found[0]
+    return out
+
+
+def problems(folder: str | Path, architecture: str, config: dict) -> list[Violation]:
+    """hf_weights_unreadable, or hf_weights_unnamed: tensors Bridge will look for and not find."""
+    v = Found("hf")
+    try:
+        names = tensor_names(folder)
+    except Unreadable as e:
+        v.add("hf_weights_unreadable", f"hf_model folder {str(folder)!r}: {e}",
+              "save the model again with save_pretrained() (a partial download or copy leaves such a file)")
+        return v
+    aliased = renames(architecture, names)
+    missing = []
+    for name in expected(architecture, config):
+        if name.endswith("."):
+            if not any(n.startswith(name) for n in names):
+                missing.append(name + "*")
+        elif name not in names and name not in aliased:
+            missing.append(name)
+    if missing:
+        spelled = sorted(n for n in names if ".layers." not in n and not n.startswith("layers."))[:6]
+        also = {o for others in ALIASES.get(architecture, {}).values() for o in others}
+        v.add("hf_weights_unnamed", f"hf_model folder {str(folder)!r} ({architecture}): Megatron-Bridge looks for "
+              f"{', '.join(missing[:6])}{' ...' if len(missing) > 6 else ''}, which its safetensors do not hold "
+              f"(its tensors outside the layers: {', '.join(spelled) or 'none'}"
+              f"{'; aliases the kit accepts: ' + ', '.join(sorted(also)) if also else ''})",
+              "save the model with transformers' save_pretrained() from the class of its architecture, or rename "
+              "the tensors to the names above (safetensors.torch.load_file / save_file)")
+    return v

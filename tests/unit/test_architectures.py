@@ -1,0 +1,97 @@
+"""The architecture table (helpers/job/architectures.py): every text-only causal LM the installed
+Megatron-Bridge registers has exactly one outcome, the docs page and `--list-architectures` are the
+generated table, every refused architecture's folder is refused before start with its missing
+pieces named, and every supported one names a test that exists. (That the source scan equals
+Bridge's live registry: tests/unit/test_hf_model.py, in the subprocess that imports all of Bridge.)"""
+import ast
+from pathlib import Path
+
+import pytest
+
+from helpers import launch
+from helpers.job import architectures, hf_model
+from helpers.launch import cli, tiny_hf
+
+ROOT = Path(__file__).resolve().parents[2]
+DENSE = {"model_type": "x", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+         "num_key_value_heads": 2, "intermediate_size": 160, "vocab_size": 512, "hidden_act": "silu",
+         "max_position_embeddings": 256}
+
+
+def folder(path: Path, config: dict) -> str:
+    return str(tiny_hf.config_only(path, config))
+
+
+def test_every_text_architecture_bridge_registers_has_exactly_one_outcome():
+    text = set(architectures.text_architectures())
+    assert len(text) >= 30  # Bridge 0.6.2 registers 36; a scan that found few would be broken
+    assert not set(architectures.SUPPORTED) & set(architectures.REFUSED)
+    assert text - set(architectures.SUPPORTED) - set(architectures.REFUSED) == set(), "classify the new ones"
+    assert set(architectures.SUPPORTED) | set(architectures.REFUSED) <= text, "stale entries"
+    assert {r.outcome for r in architectures.table()} == {"supported", "refused"}
+    for arch, refused in architectures.REFUSED.items():
+        assert refused.pieces and all(p in architectures.PIECES for p in refused.pieces), arch
+
+
+def test_vision_and_audio_models_are_not_in_the_table():
+    registered = {r.architecture for r in architectures.bridge_registrations()}
+    assert {"Qwen3VLForConditionalGeneration", "Gemma3ForConditionalGeneration"} <= registered
+    assert "Qwen3VLForConditionalGeneration" not in {r.architecture for r in architectures.table()}
+
+
+def test_the_docs_page_and_the_command_line_print_the_generated_table(capsys):
+    table = architectures.markdown()
+    assert (ROOT / "docs" / "architectures.md").read_text() == table, \
+        "regenerate: python -m helpers --list-architectures > docs/architectures.md"
+    cli.main(["--list-architectures"])
+    assert capsys.readouterr().out == table
+
+
+def _defined_tests(path: Path) -> set[str]:
+    return {n.name for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, ast.FunctionDef)}
+
+
+def test_every_named_test_exists():
+    for row in architectures.table():
+        for test in row.test.split(", "):
+            file, _, rest = test.partition("::")
+            assert rest.split("[")[0] in _defined_tests(ROOT / file), row
+
+
+@pytest.mark.parametrize("arch", sorted(architectures.REFUSED))
+def test_refused_before_start(arch, tmp_path):
+    found = hf_model.problems(folder(tmp_path / arch, {**DENSE, "architectures": [arch]}))
+    pieces = [architectures.PIECES[p] for p in architectures.REFUSED[arch].pieces]
+    assert [v.name for v in found] == [f"hf_missing_{p.name}" for p in pieces]
+    for v, piece in zip(found, pieces):
+        assert arch in v.message and architectures.REFUSED[arch].family in v.message and piece.what in v.message
+        assert v.fix == piece.fix
+
+
+def test_a_refused_folder_starts_no_process(tmp_path):
+    hf = folder(tmp_path / "next", {**DENSE, "architectures": ["Qwen3NextForCausalLM"]})
+    with pytest.raises(launch.InvalidJob, match=r"hf_missing_linear_attention.*gated delta-net"):
+        launch.run(hf_model=hf, out=str(tmp_path / "runs"), device="cpu", progress=False)
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_multi_token_prediction_layers_are_refused_by_name(tmp_path):
+    config = {**DENSE, "architectures": ["DeepseekV2ForCausalLM"], "num_nextn_predict_layers": 1}
+    assert [v.name for v in hf_model.problems(folder(tmp_path / "mtp", config))] == [
+        "hf_missing_multi_token_prediction"]
+    assert hf_model.problems(folder(tmp_path / "none", {**config, "num_nextn_predict_layers": 0})) == []
+
+
+def test_hunyuan_v3_without_first_k_dense_replace_is_refused_by_name(tmp_path):
+    """Bridge 0.6.2's bridge reads a field transformers 5.12.1's config does not write."""
+    config = {**DENSE, "architectures": ["HYV3ForCausalLM"], "mlp_layer_types": ["dense", "sparse"]}
+    found = hf_model.problems(folder(tmp_path / "hy", config))
+    assert [v.name for v in found] == ["hf_missing_first_k_dense_replace"] and "mlp_layer_types" in found[0].fix
+    assert hf_model.problems(folder(tmp_path / "hy1", {**config, "first_k_dense_replace": 1})) == []
+
+
+def test_a_vision_model_and_an_unknown_one_are_told_apart(tmp_path):
+    vl = hf_model.problems(folder(tmp_path / "vl", {**DENSE, "architectures": ["Qwen3VLForConditionalGeneration"]}))
+    unknown = hf_model.problems(folder(tmp_path / "u", {**DENSE, "architectures": ["NoSuchForCausalLM"]}))
+    assert [v.name for v in vl] == [v.name for v in unknown] == ["hf_architecture_not_built"]
+    assert "vision/audio" in vl[0].message and "not one Megatron-Bridge maps" in unknown[0].message
