@@ -6,6 +6,7 @@ from __future__ import annotations
 SPEC = "spec.json"  # the job as the workers read it
 MANIFEST = "manifest.json"  # spec, layout, model, versions, git revision, command, how to repeat
 METRICS = "metrics.jsonl"  # rank 0: one line per iteration
+MEGATRON = "megatron.json"  # what the job asked of Megatron-Core: its calls' arguments, configs, module trees
 GROUPS = "groups.json"  # every rank's process groups from parallel_state
 RANKS = "ranks.json"  # per rank: host, device, parameter/gradient/optimizer bytes, local shapes
 COMM = "comm.jsonl"  # every torch.distributed call Megatron made, per rank and iteration
@@ -18,6 +19,8 @@ EVAL = "eval.json"  # eval_only: each checkpoint's loss in this layout vs the sa
 HF_PARITY = "hf_parity.json"  # hf_parity_layouts: per layout, logits vs transformers and the export check
 LINEAR_TENSORS = "linear_tensors.pt"  # KIT_CAPTURE_TENSORS=N: layer 0's GEMM operands at iteration N (rank 0)
 RESUMED = "resumed.json"  # the checkpoint a resumed job started from
+TENSORBOARD_EVENTS = "events.out.tfevents.*"  # rank 0: metrics.jsonl's numbers and the validation/test
+# losses for TensorBoard (`tensorboard --logdir runs`: one run per run directory)
 CHECKPOINTS = "checkpoints"  # default save_dir
 LOGS = "logs"
 TORCHRUN_LOG = f"{LOGS}/torchrun.log"  # the agent's own output (all agents' in a multi-node simulation)

@@ -65,6 +65,13 @@ class RunDir:
         return [json.loads(x) for x in p.read_text().splitlines() if x.strip()] if p.exists() else []
 
     @property
+    def megatron(self) -> dict | None:
+        """What the job asked of Megatron-Core (megatron.json): initialize_model_parallel's arguments,
+        the non-default fields of TransformerConfig, DDP and optimizer configs, the schedule, and
+        per rank the module tree. `megatron_flags.flags(run.megatron)` gives Megatron-LM's flags."""
+        return self._json(names.MEGATRON)
+
+    @property
     def groups(self) -> dict[int, dict]:
         """{rank: {axis: [ranks]}} as the live job's parallel_state reported them."""
         return {int(r): g for r, g in (self._json(names.GROUPS) or {}).items()}

@@ -8,13 +8,23 @@ from helpers.rundir.reader import RunDir
 
 def plot_losses(runs: dict[str, RunDir], title: str = "training loss", ax=None):
     """Overlay the loss of each run; markers differ so identical curves stay visible."""
+    curves = {f"{label} ({run.spec.world_size} rank(s))": ([m["iteration"] for m in run.metrics],
+                                                            run.losses) for label, run in runs.items()}
+    return _plot(curves, title, ax)
+
+
+def plot_loss_lists(losses: dict[str, list[float]], title: str = "training loss", ax=None):
+    """The same picture for plain lists of losses (iterations 1, 2, ...), e.g. a script's own output."""
+    return _plot({label: (list(range(1, len(v) + 1)), v) for label, v in losses.items()}, title, ax)
+
+
+def _plot(curves: dict[str, tuple[list, list]], title: str, ax):
     if ax is None:
         _, ax = plt.subplots(figsize=(7, 4))
     markers = "osD^v<>"
-    for i, (label, run) in enumerate(runs.items()):
-        its = [m["iteration"] for m in run.metrics]
-        ax.plot(its, run.losses, marker=markers[i % len(markers)], markersize=9 - 2 * (i % 3),
-                linewidth=1.5, alpha=0.8, label=f"{label} ({run.spec.world_size} rank(s))")
+    for i, (label, (its, losses)) in enumerate(curves.items()):
+        ax.plot(its, losses, marker=markers[i % len(markers)], markersize=9 - 2 * (i % 3),
+                linewidth=1.5, alpha=0.8, label=label)
     ax.set_xlabel("iteration")
     ax.set_ylabel("loss (global-batch mean)")
     ax.set_title(title)

@@ -1,4 +1,4 @@
-"""The layout lab (notebook 09): pick a model and a layout, see at once whether it is valid (named
+"""The layout lab (notebook 10): pick a model and a layout, see at once whether it is valid (named
 violations with fixes) and which rank sits in which group, then run it as a real job.
 
 Everything a click does is also a method (`set`, `refresh`, `run`), so papermill drives the same

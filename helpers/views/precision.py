@@ -1,4 +1,4 @@
-"""Lesson 15's tables and pictures: the number formats' range and spacing, and each scaling
+"""Lesson 16's tables and pictures: the number formats' range and spacing, and each scaling
 recipe's round-trip error on given tensors (helpers/precision/ computes; this module only shows)."""
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def plot_recipe_errors(rows: Table, ax=None):
 
 
 def variants(comparison: dict) -> dict:
-    """The training jobs of one comparison that benchmarks/gpu_precision.py recorded: {name: entry}
+    """The training jobs of one comparison that benchmarks/speed/precision.py recorded: {name: entry}
     for every entry with a loss curve (the others are the comparison's facts: date, GPU, commands)."""
     return {k: v for k, v in comparison.items() if isinstance(v, dict) and "losses" in v}
 

@@ -18,15 +18,27 @@ RUNNER = Path(__file__).with_name("papermill_run.py")
 CELL_TIMEOUT_S = 900  # no cell of a CPU-sized lesson takes minutes; a hang fails instead of blocking CI
 # The exercises' right answers, passed as parameters (no notebook holds them; helpers/views/exercises.py).
 ANSWERS = {
-    "01_memory": {"llama_dp8_fits": [False, True]},
-    "02_data_parallel": {"dp_wire_formula": "(n - 1) / n * (grad + grad // 4 * elem)"},
-    "03_tensor_parallel": {"tp_all_reduces": 3 * (4 * 4 + 2)},
-    "04_sequence_parallel": {"sp_all_gathers": 6 * 4 + 1 + 2},
-    "05_pipeline_parallel": {"vpp_isends": 4 * 3 + 4 * (3 - 1), "pp_bubble": 3 / 15},  # (p-1)/(m+p-1)
-    "06_context_parallel": {"kv_gather_bytes": 64 * 2 * (4 // 2) * 16 * 4},  # seq x mb x groups/TP x dim x fp32
-    "07_expert_parallel": {"fewer_bytes_dispatcher": "alltoall"},
-    "08_process_groups_5d": {"ep_group_tp4": [0, 1, 2, 3]},
-    "10_checkpoints": {"checkpoint_bytes": 12 * 263_296},  # weights + Adam's two moments, fp32
+    "00_quickstart": {"microbatches_tp2": 8 // 2},  # TP ranks share their tokens (DP=1)
+    "01_megatron_in_one_screen": {"qkv_rows_tp2": 3 * 4 * 16 // 2, "pp2_starts_equal": False},  # QKV x heads x dim / TP
+    "02_memory": {"llama_dp8_fits": [False, True]},
+    "03_data_parallel": {"dp_wire_formula": "(n - 1) / n * (grad + grad // 4 * elem)"},
+    # 3 microbatches x (4 per layer x 8 layers + 2); TP=16 on InfiniBand vs TP=8 on NVLink: 2x the
+    # microbatches per rank, a 9x slower link, ring 15/8 vs 7/4
+    "04_tensor_parallel": {"tp_all_reduces": 3 * (4 * 8 + 2), "tp_time_ratio": 19.3},
+    "05_sequence_parallel": {"sp_all_gathers": 6 * 8 + 1 + 2},  # 6 per layer x 8 layers, embedding 1, output 2
+    "06_pipeline_parallel": {"vpp_isends": 4 * 3 + 4 * (3 - 1), "pp_bubble": 3 / 15},  # (p-1)/(m+p-1)
+    "07_context_parallel": {"kv_gather_bytes": 64 * 2 * (4 // 2) * 16 * 4},  # seq x mb x groups/TP x dim x fp32
+    "08_expert_parallel": {"fewer_bytes_dispatcher": "alltoall"},
+    "09_process_groups_5d": {"ep_group_tp4": [0, 1, 2, 3]},
+    "10_layout_lab": {"refused_layouts": {"A": None, "B": "world_divisible_expert", "C": None,
+                                          "D": "microbatches_divisible_by_pp_for_vpp"}},
+    "11_checkpoints": {"checkpoint_bytes": 12 * 263_296},  # weights + Adam's two moments, fp32
+    "12_failure_modes": {"ends_by_timeout": ["d", "e"]},  # the two hangs; a dead rank closes its sockets
+    "13_smoke_test_cpt_sft": {"replica_groups": [[0, 1], [2, 3]]},  # DP varies faster than PP
+    "14_hf_import": {"fc1_rows_tp2": 2 * 160 // 2},  # gate + up of ffn 160, split over TP=2
+    "15_hybrid_models": {"ep8_full_recompute_fits": True},
+    "16_precision": {"spike_steps": 4},  # the spike stays in a 4-step history for 4 steps
+    "17_real_model": {"vocab_matrices_pp2": 2},  # the embedding on stage 0, its tied copy on the last stage
 }
 
 

@@ -1,5 +1,5 @@
 """Every exercise check rejects a wrong answer (with a hint), accepts the right one, and only
-prints the hint when nothing was answered. The right answers reach the notebooks through papermill
+gives its hint after a wrong answer, never before one. The right answers reach the notebooks through papermill
 (tests/notebooks/test_notebooks.py ANSWERS), so CI proves each is accepted against the live run."""
 import pytest
 
@@ -18,15 +18,33 @@ CASES = [  # (check, right answer, a wrong answer, the other arguments)
     (exercises.check_ep_group, [3, 2, 1, 0], [0, 4, 8, 12], dict(truth=[0, 1, 2, 3])),
     (exercises.check_checkpoint_bytes, 12 * 1000, 4 * 1000, dict(measured=12_000, params=1000)),
     (exercises.check_fits, (False, True), (True, True), dict(truth=(False, True), device_gib=80)),
+    (exercises.check_qkv_rows, 96, 192, dict(measured=96)),
+    (exercises.check_time_ratio, 19.0, 9.0, dict(truth=19.3, what="TP communication")),
+    (exercises.check_pp_starts_equal, False, True, dict(truth=False)),
+    (exercises.check_microbatches, 4, 2, dict(measured=4)),
+    (exercises.check_refused_layouts, {"a": None, "B": "world_divisible_expert", "C": []},
+     {"A": "query_groups_divisible_by_tp", "B": "world_divisible_expert", "C": None},
+     dict(truth={"A": [], "B": ["world_divisible_expert"], "C": []})),
+    (exercises.check_ends_by_timeout, ["D", "e"], ["d"], dict(truth=["d", "e"])),
+    (exercises.check_replica_groups, [[1, 0], [2, 3]], [[0, 2], [1, 3]], dict(truth=[[0, 1], [2, 3]])),
+    (exercises.check_fc1_rows, 128, 64, dict(measured=128)),
+    (exercises.check_recompute_fits, True, False, dict(truth=True, device_gib=139)),
+    (exercises.check_spike_steps, 4, 1, dict(measured=4)),
+    (exercises.check_vocab_matrices, 2, 1, dict(measured=2)),
 ]
 
 
 @pytest.mark.parametrize("check, right, wrong, kw", CASES, ids=[c[0].__name__ for c in CASES])
 def test_a_check_rejects_a_wrong_answer_and_accepts_the_right_one(check, right, wrong, kw, capsys):
-    with pytest.raises(exercises.WrongAnswer, match="is not it"):
+    with pytest.raises(exercises.WrongAnswer, match="is not it") as wrong_answer:
         check(wrong, **kw)
+    hint = str(wrong_answer.value).split("is not it. ", 1)[1]
     assert check(right, **kw) is True
-    assert check(None, **kw) is False and "not answered yet" in capsys.readouterr().out
+    capsys.readouterr()
+    assert check(None, **kw) is False
+    unanswered = capsys.readouterr().out
+    assert "not answered yet" in unanswered and hint not in unanswered  # no hint before an attempt
+    assert not any(sentence.strip() and sentence.strip() in unanswered for sentence in hint.split("."))
 
 
 def test_a_formula_cannot_reach_python_builtins():

@@ -67,3 +67,29 @@ def test_backticked_names_and_paths_exist():
                     if not all(n in known or n in own for n in names):
                         missing.append(f"{p.name}: name `{token}`")
     assert not missing, "names in the lessons that exist neither in the kit nor in Megatron-Core:\n" + "\n".join(missing)
+
+
+SEED = re.compile(r"(?i)(?<!random )\bseed(s|'s)?\b(?!\s+checkpoint)")
+
+
+def bare_seeds(text: str) -> list[str]:
+    """'seed' in prose that is neither a seed checkpoint nor a random seed (code in backticks aside):
+    the word once meant two things, so the lessons always say which."""
+    prose = re.sub(r"`[^`]*`", "", text)
+    return [prose[max(0, m.start() - 40):m.end() + 20] for m in SEED.finditer(prose)]
+
+
+def test_seed_always_says_which_seed():
+    found = []
+    for p in NOTEBOOKS:
+        for text in markdown(p):
+            if not text.startswith("## Words this kit uses"):  # the glossary defines the word
+                found += [f"{p.name}: ...{s}..." for s in bare_seeds(text)]
+    assert not found, "say 'seed checkpoint', 'random seed' or 'the 16-GPU writeup':\n" + "\n".join(found)
+    glossary = [t for t in markdown(ROOT / "notebooks" / "00_quickstart.ipynb") if t.startswith("## Words")]
+    assert glossary and "**seed checkpoint**" in glossary[0] and "**the 16-GPU writeup**" in glossary[0]
+
+
+def test_the_seed_rule_catches_a_bare_seed():
+    assert bare_seeds("the seed's 5D layout") and bare_seeds("as the seed ran it")
+    assert not bare_seeds("the seed checkpoint, a random seed, `seed=1`, and the seed\ncheckpoint")

@@ -4,10 +4,11 @@ that the loop itself (helpers/runtime/train.py) reads like Megatron's. It calls 
     observer = Observer(worker, start)    # process groups, report card, instruments installed
     scale = observer.begin(iteration)      # stamps, heartbeat, injected fault (loss scale: 1.0 or NaN)
     loss = observer.loss(losses)           # the global-batch loss from Megatron's per-microbatch dicts
-    observer.end(ok, grad_norm)            # metrics.jsonl line, report card, ranks.json (first iteration)
+    observer.end(ok, grad_norm)            # metrics.jsonl line (and TensorBoard), report card, ranks.json
     observer.finish(validation_records)    # comm/timeline/moe files, device peaks, the card's last checks
 
-What it owns: the report card (report_card.py), metrics.jsonl, the heartbeat, the instruments
+What it owns: the report card (report_card.py), metrics.jsonl and its TensorBoard events
+(tensorboard.py), the heartbeat, the instruments
 (comm log, timeline: instruments.py), the MoE router log, captured GEMM operands
 (KIT_CAPTURE_TENSORS), the profiler window (KIT_TORCH_PROFILE) and fault injection (KIT_FAULT).
 None of it changes what Megatron computes. With KIT_INSTRUMENT=0 the instruments record nothing
@@ -21,7 +22,16 @@ import time
 import torch
 
 from helpers.rundir import names, writer
-from helpers.runtime.measure import faults, gather, instruments, linear_tensors, memory_stats, moe_stats
+from helpers.runtime.measure import (
+    faults,
+    gather,
+    instruments,
+    linear_tensors,
+    megatron_calls,
+    memory_stats,
+    moe_stats,
+    tensorboard,
+)
 from helpers.runtime.measure.report_card import Report
 from helpers.runtime.measure.torch_profile import ProfileWindow
 from helpers.runtime.step import global_loss
@@ -36,10 +46,14 @@ class Observer:
         self.card = Report(worker.run_dir, spec)  # report.json: the smoke-test contract
         self.card.groups(), self.card.model(worker.model, worker.model_desc.name), self.card.data(worker.data)
         self.host = gather.gather_to_rank0(gather.host_facts(worker.device))
+        trees = gather.gather_to_rank0(megatron_calls.module_tree(worker.model))  # megatron.json: what was asked
+        if rank == 0:
+            megatron_calls.write(worker.run_dir / names.MEGATRON, megatron_calls.record(worker), trees)
         self.metrics = writer.Metrics(worker.run_dir, enabled=rank == 0)
+        self.tensorboard = tensorboard.TensorBoard(worker.run_dir, enabled=rank == 0 and spec.tensorboard == "on")
         self.instruments = instruments.Instruments(worker.model, worker.device)  # comm.jsonl, timeline.jsonl
         self.routers = moe_stats.RouterLog(worker.model)  # moe.jsonl (MoE models)
-        self.captured = linear_tensors.install(worker.model, rank)  # KIT_CAPTURE_TENSORS=N (lesson 15)
+        self.captured = linear_tensors.install(worker.model, rank)  # KIT_CAPTURE_TENSORS=N (lesson 16)
         self.profile = ProfileWindow(spec.iters, rank)  # KIT_TORCH_PROFILE=FILE (benchmarks)
         self.tokens_per_iteration = spec.global_batch_size * spec.seq_len
         self.iteration, self.times = start, {}
@@ -100,6 +114,7 @@ class Observer:
                                   {str(r): {**self.host[r], **static[r]} for r in range(len(static))})
         record.update(memory_stats.device_memory(worker.device))
         self.metrics.write(record)
+        self.tensorboard.iteration(record)
         worker.beat("iteration done", it)
 
     def finish(self, validation_records: list[dict]) -> None:
@@ -111,4 +126,5 @@ class Observer:
         if self.captured:
             self.captured.write(worker.run_dir)
         self.card.evaluation(validation_records)
+        self.tensorboard.evaluation(validation_records)
         self.card.checkpoint(worker)

@@ -2,7 +2,7 @@
 as two tables (by device time, by host time) and the device's idle gaps in the first of the two
 (gpu_idle.py: what the host was doing while the GPU waited; the last iteration is left out of that
 because its replica check copies every parameter to the host). A benchmarking aid for finding
-where a GPU step's time goes (benchmarks/gpu_throughput.py and gpu_precision.py set it); off by
+where a GPU step's time goes (benchmarks/speed/throughput.py and benchmarks/speed/precision.py set it); off by
 default because the profiler itself slows the step it watches. Recording every host-side operation
 slows the host ~2x, enough to turn a step whose host runs ahead of the GPU into one that waits
 for it; KIT_TORCH_PROFILE_MODE=device records device activity and launches only (no host ranges,

@@ -1,0 +1,131 @@
+"""The roofline terms of one iteration on one rank (helpers/roofline/__init__.py says what this
+model leaves out). Compute: the GEMMs and the attention core of the rank's layers, forward and
+backward, at the GPU's measured rates, plus the memory-bound kernels at the rate its norm, add and
+GeLU kernels were measured to reach, counted in bf16 elements read and written per token and layer:
+  forward: two norms (read + write h each), rotary on q and k (4h at full width), two fused
+           bias-dropout-adds (3h each), the activation (2F; 3F for a gated unit over 2F)
+  backward: the norms (3h each), rotary (4h), the adds (3h each), the activation (3F; 5F gated)
+  = 30h + 5F (gated 30h + 8F) elements; then per microbatch the fused cross entropy (12 bytes per
+  logit: bf16 logits read, fp32 exponentials kept and read back, bf16 gradient) and the bf16
+  gradients added into DDP's fp32 buffer (10 bytes per parameter), and per iteration Adam
+  (30 bytes per parameter: fp32 weight, gradient and two moments read, three written, bf16 copy).
+With SP (TP > 1) the per-token terms split over TP.
+Communication, per axis, in bf16 activations and fp32 gradients:
+  tp  per layer and microbatch, 2 all-reduces forward + 2 backward of s*b*h activations (with SP the
+      same bytes as all-gathers and reduce-scatters); a ring all-reduce sends 2(n-1)/n of the buffer
+  cp  per layer and microbatch, K and V all-gathered forward (their gradients reduce-scattered back):
+      (n-1)/n of s*b*g*d each, twice
+  pp  per microbatch, one activation s/cp*b*h sent forward and its gradient back
+  ep  per MoE layer and microbatch, dispatch and combine all-to-all forward and backward: 4 x
+      (n-1)/n of the routed tokens' s*b*k*h
+  dp  once per iteration, the fp32 gradients all-reduced (2(n-1)/n), or with the distributed
+      optimizer reduce-scattered (4 bytes) and the bf16 parameters all-gathered (2 bytes), (n-1)/n each;
+      a MoE model's routed experts over the expert-data-parallel group instead (counted under dp)"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helpers.job.layout import Layout
+from helpers.job.models import ModelPreset
+from helpers.roofline.hardware import Gpu, Link
+
+BF16, FP32 = 2, 4
+
+
+def gemm_shapes(model: ModelPreset, seq: int, micro: int) -> list[tuple[str, int, int, int]]:
+    """(name, m, k, n) of one layer's GEMMs and the output layer for one microbatch, one process."""
+    h, a, g = model.hidden_size, model.num_attention_heads, model.kv_heads
+    d = model.kv_channels or h // a
+    t = seq * micro
+    glu = 2 if model.activation == "swiglu" else 1
+    ffn = model.expert_ffn * model.moe_router_topk if model.is_moe else model.ffn_hidden_size
+    return [("linear_qkv", t, h, d * (a + 2 * g)), ("linear_proj", t, a * d, h),
+            ("linear_fc1", t, h, glu * ffn), ("linear_fc2", t, ffn, h), ("output_layer", t, h, model.vocab_size)]
+
+
+@dataclass
+class Terms:
+    math_s: float  # GEMMs and attention at the measured rates
+    memory_s: float  # memory-bound kernels at the measured bandwidth
+    comm_s: dict[str, float]  # axis -> seconds
+
+    @property
+    def compute_s(self) -> float:
+        return self.math_s + self.memory_s
+
+    @property
+    def total_s(self) -> float:
+        """No overlap: compute and every transfer one after the other (an upper bound of this model)."""
+        return self.compute_s + sum(self.comm_s.values())
+
+
+def math_seconds(model: ModelPreset, lay: Layout, gpu: Gpu) -> float:
+    """One rank's GEMM and attention time per iteration, at the GPU's measured rates."""
+    shapes = gemm_shapes(model, lay.seq_len, lay.micro_batch)
+    layer_gemm = sum(3 * 2 * m * k * n for name, m, k, n in shapes if name != "output_layer")
+    output = next(3 * 2 * m * k * n for name, m, k, n in shapes if name == "output_layer")
+    d = model.kv_channels or model.hidden_size // model.num_attention_heads
+    attention = 3 * 2 * lay.micro_batch * model.num_attention_heads * lay.seq_len ** 2 * 2 * d
+    layers = model.num_layers / lay.pp
+    per_micro = (layers * (layer_gemm / lay.tp / lay.cp) + output / lay.tp / lay.cp / lay.pp) / (gpu.gemm_tflops * 1e12)
+    per_micro += layers * attention / lay.tp / lay.cp / (gpu.attention_tflops * 1e12)
+    return per_micro * lay.num_microbatches
+
+
+def memory_bound_seconds(model: ModelPreset, lay: Layout, gpu: Gpu, dist_opt: bool = False) -> float:
+    """The memory-bound kernels' time per iteration on one rank at the GPU's measured bandwidth."""
+    h, f = model.hidden_size, (model.expert_ffn * model.moe_router_topk if model.is_moe else model.ffn_hidden_size)
+    per_token_layer = (30 * h + (8 if model.activation == "swiglu" else 5) * f) * BF16
+    tokens = lay.seq_len * lay.micro_batch / lay.cp / lay.tp
+    layers = model.num_layers / lay.pp
+    params = model.approx_params() / (lay.tp * lay.pp)
+    per_micro = layers * tokens * per_token_layer + 10 * params
+    per_micro += 12 * tokens * model.vocab_size / lay.pp  # the last stage's cross entropy, as an average
+    adam = 30 * params / (lay.dp if dist_opt else 1)
+    return (per_micro * lay.num_microbatches + adam) / (gpu.elementwise_gb_per_s * 1e9)
+
+
+def expert_params(model: ModelPreset) -> float:
+    """The routed experts' weights (no shared experts): the part of a MoE model EP shards."""
+    if not model.is_moe:
+        return 0.0
+    glu = 3 if model.activation == "swiglu" else 2
+    return model.layer_kinds()["moe"] * model.num_experts * glu * model.hidden_size * model.expert_ffn
+
+
+def link_of(links: Link | dict[str, Link], axis: str) -> Link:
+    """`links`: one Link for every axis, or {axis: Link, "default": Link} (e.g. TP on NVLink inside a
+    node, the rest over InfiniBand)."""
+    return links if isinstance(links, Link) else links.get(axis, links["default"])
+
+
+def comm_seconds(model: ModelPreset, lay: Layout, links: Link | dict[str, Link],
+                 dist_opt: bool = False) -> dict[str, float]:
+    """Seconds each axis's bytes take per rank and iteration over its link."""
+    h = model.hidden_size
+    d = model.kv_channels or h // model.num_attention_heads
+    s, b, m, layers = lay.seq_len // lay.cp, lay.micro_batch, lay.num_microbatches, model.num_layers / lay.pp
+    ring = lambda n: 2 * (n - 1) / n  # noqa: E731  (all-reduce: reduce-scatter + all-gather)
+    half = lambda n: (n - 1) / n  # noqa: E731
+    out = {}  # bytes first, then over each axis's link
+    if lay.tp > 1:
+        out["tp"] = layers * m * 4 * ring(lay.tp) * s * b * h * BF16
+    if lay.cp > 1:
+        kv = s * lay.cp * b * model.kv_heads * d * BF16 / lay.tp
+        out["cp"] = layers * m * 2 * 2 * half(lay.cp) * kv
+    if lay.pp > 1:
+        out["pp"] = m * 2 * s * b * h * BF16 / lay.tp
+    if model.is_moe and lay.ep > 1:
+        out["ep"] = layers * m * 4 * half(lay.ep) * s * b * model.moe_router_topk * h * BF16 / lay.tp
+    grads = (lambda n: half(n) * (FP32 + BF16)) if dist_opt else (lambda n: ring(n) * FP32)
+    experts = expert_params(model)  # sharded over EP x ETP, their gradients reduced over EDP
+    if lay.dp > 1:
+        out["dp"] = (model.approx_params() - experts) / (lay.tp * lay.pp) * grads(lay.dp)
+    if experts and lay.edp > 1:
+        out["dp"] = out.get("dp", 0.0) + experts / (lay.ep * lay.expert_tp * lay.pp) * grads(lay.edp)
+    return {axis: nbytes / (link_of(links, axis).gb_per_s * 1e9) for axis, nbytes in out.items()}
+
+
+def terms(model: ModelPreset, lay: Layout, gpu: Gpu, links: Link | dict[str, Link], dist_opt: bool = False) -> Terms:
+    return Terms(math_seconds(model, lay, gpu), memory_bound_seconds(model, lay, gpu, dist_opt),
+                 comm_seconds(model, lay, links, dist_opt))

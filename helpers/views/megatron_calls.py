@@ -1,0 +1,142 @@
+"""What a run asked of Megatron, beside what the learner asked of the kit: the kit's arguments, the
+Megatron-Core calls the workers made with those values (read from the run directory's
+megatron.json, written by the workers themselves), Megatron-LM's flags for the same job, and one
+rank's modules with their local shapes, each marked Megatron-Core's own or the kit's substitute.
+
+    megatron_calls.show(run)          # in a notebook: the three panels as HTML
+    print(megatron_calls.code(run))   # the Megatron-Core calls as Python
+"""
+from __future__ import annotations
+
+import dataclasses
+import html
+import inspect
+import re
+
+from helpers.job.spec import JobSpec
+from helpers.rundir import megatron_flags
+
+# TransformerConfig fields Megatron fills in itself or that only say "the defaults of this build"
+# (init methods from init_method_std, dtypes, CUDA-graph and recompute lists): left out of the code view.
+NOISE = {"autocast_dtype", "pipeline_dtype", "init_method", "output_layer_init_method", "embedding_init_method",
+         "embedding_init_method_std", "microbatch_group_size_per_vp_stage", "recompute_modules",
+         "cuda_graph_modules", "inference_cuda_graph_scope"}
+# The kit's own bookkeeping fields: not part of what was asked of the model or the layout.
+KIT_ONLY = {"out", "name", "env", "progress", "timeout_s", "stall_timeout_s", "collective_timeout_s", "data_dir"}
+
+
+def kit_arguments(run) -> dict:
+    """The JobSpec fields of the run that differ from JobSpec's defaults (what the learner passed,
+    plus what `auto` resolved to)."""
+    spec, out = run.spec, {}
+    for field in dataclasses.fields(JobSpec):
+        default = field.default if field.default is not dataclasses.MISSING else (
+            field.default_factory() if field.default_factory is not dataclasses.MISSING else None)
+        value = getattr(spec, field.name)
+        if field.name not in KIT_ONLY and value != default:
+            out[field.name] = value
+    return out
+
+
+def _call(name: str, kwargs: dict, indent: str = "    ") -> str:
+    if not kwargs:
+        return f"{name}()"
+    body = ",\n".join(f"{indent}{k}={v!r}" for k, v in kwargs.items())
+    return f"{name}(\n{body},\n)"
+
+
+def _non_default_args(function, values: dict) -> dict:
+    defaults = {k: p.default for k, p in inspect.signature(function).parameters.items()}
+    return {k: v for k, v in values.items() if defaults.get(k, inspect.Parameter.empty) != v}
+
+
+def code(run) -> str:
+    """The run's Megatron-Core calls as Python, with the values this job used (defaults left out)."""
+    from megatron.core import parallel_state
+
+    calls = run.megatron
+    fields = {k: v for k, v in calls["TransformerConfig"]["fields"].items() if k not in NOISE}
+    config_class = calls["TransformerConfig"]["class"].rsplit(".", 1)[-1]
+    model = calls["model"][0]
+    model_class = model["class"].rsplit(".", 1)[-1]
+    model_kwargs = {k: v for k, v in model.items() if k not in ("class", "pre_process", "post_process", "vp_stage")}
+    parts = [
+        "from megatron.core import parallel_state",
+        "parallel_state." + _call("initialize_model_parallel",
+                                  _non_default_args(parallel_state.initialize_model_parallel,
+                                                    calls["initialize_model_parallel"])),
+        "config = " + _call(config_class, fields),
+        f"model = [{model_class}(config, layer_spec, pre_process=..., post_process=..., vp_stage=..., "
+        + ", ".join(f"{k}={v!r}" for k, v in model_kwargs.items()) + f")]  # {len(calls['model'])} chunk(s) here",
+        "ddp_config = " + _call("DistributedDataParallelConfig", calls["DistributedDataParallelConfig"]),
+        "model = [DistributedDataParallel(config, ddp_config, chunk) for chunk in model]",
+        "optimizer = get_megatron_optimizer(" + _call("OptimizerConfig", calls["OptimizerConfig"]) + ", model)",
+        f"forward_backward = get_forward_backward_func()  # -> {calls['get_forward_backward_func']}",
+    ]
+    return "\n".join(parts)
+
+
+def launch_line(run) -> str:
+    """Megatron-LM's command for the same model and layout (data and tokenizer flags aside)."""
+    nproc = run.spec.world_size
+    flags = megatron_flags.flags(run.megatron)
+    return f"torchrun --nproc-per-node {nproc} pretrain_gpt.py \\\n    " + " \\\n    ".join(flags)
+
+
+def origin(row: dict) -> str:
+    module = row["module"]
+    if module.startswith("helpers.") or row.get("substitute"):
+        return "kit substitute"
+    if module.startswith("megatron."):
+        return "Megatron-Core"
+    return module.split(".")[0]
+
+
+def module_rows(run, rank: int = 0, layers: int = 1) -> list[dict]:
+    """One rank's modules with parameters; of the transformer layers only the first `layers`
+    (the others repeat them)."""
+    rows = []
+    for row in run.megatron["modules"][str(rank)]:
+        m = re.search(r"layers\.(\d+)\.", row["name"])
+        if m and int(m.group(1)) >= layers:
+            continue
+        rows.append({**row, "origin": origin(row)})
+    return rows
+
+
+def text(run, rank: int = 0) -> str:
+    rows = module_rows(run, rank)
+    tree = "\n".join(f"  {r['name']:<46} {r['class']:<28} {r['origin']:<15} "
+                     + ", ".join(f"{k} {tuple(v)}" for k, v in r["params"].items()) for r in rows)
+    return (f"the kit: launch.run({', '.join(f'{k}={v!r}' for k, v in kit_arguments(run).items())})\n\n"
+            f"Megatron-Core:\n{code(run)}\n\nMegatron-LM:\n{launch_line(run)}\n\nrank {rank}'s modules:\n{tree}")
+
+
+def show(run, rank: int = 0):
+    """The kit's arguments, Megatron-Core's calls and Megatron-LM's flags side by side, then one
+    rank's modules (kit substitutes highlighted). HTML in a notebook, text elsewhere."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+        in_notebook = get_ipython() is not None
+    except ImportError:
+        in_notebook = False
+    if not in_notebook:
+        print(text(run, rank))
+        return
+    kit = "launch.run(\n" + "".join(f"    {k}={v!r},\n" for k, v in kit_arguments(run).items()) + ")"
+    pre = 'style="font-size:11px;margin:0;white-space:pre"'
+    cells = [("you asked the kit", kit), ("the workers asked Megatron-Core", code(run)),
+             ("Megatron-LM, the same job", launch_line(run))]
+    head = "".join(f"<th style='text-align:left'>{html.escape(t)}</th>" for t, _ in cells)
+    body = "".join(f"<td style='vertical-align:top'><pre {pre}>{html.escape(c)}</pre></td>" for _, c in cells)
+    rows = "".join(
+        f"<tr style='background:{'#fff3cd' if r['origin'] == 'kit substitute' else 'none'}'>"
+        f"<td><code>{html.escape(r['name'])}</code></td><td>{html.escape(r['class'])}</td>"
+        f"<td>{html.escape(r.get('substitute') or r['origin'])}</td>"
+        f"<td>{html.escape(', '.join(f'{k} {tuple(v)}' for k, v in r['params'].items()))}</td></tr>"
+        for r in module_rows(run, rank))
+    display(HTML(f"<table><tr>{head}</tr><tr>{body}</tr></table>"
+                 f"<p><b>rank {rank}'s modules</b> (layer 0 shown; the other layers repeat it; "
+                 f"yellow: the kit's substitute for a Transformer Engine module)</p>"
+                 f"<table><tr><th>module</th><th>class</th><th>from</th><th>local shapes</th></tr>{rows}</table>"))

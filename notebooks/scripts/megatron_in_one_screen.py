@@ -1,0 +1,115 @@
+"""Megatron-Core in one screen: a GPT trained by Megatron-Core's own calls and nothing else, in the
+order of Megatron-LM's examples/run_simple_mcore_train_loop.py. Run it with torchrun:
+
+    torchrun --nproc-per-node 2 megatron_in_one_screen.py --tp 2          # on GPUs
+    launch.run_script("scripts/megatron_in_one_screen.py", nproc=2, args=["--tp", "2"])  # CPU, the kit
+
+It writes the losses and rank 0's local weight shapes as JSON (--out)."""
+import argparse
+import json
+import os
+
+import torch
+import torch.distributed as dist
+from megatron.core import parallel_state
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+from megatron.core.pipeline_parallel import get_forward_backward_func
+from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+from megatron.core.transformer import TransformerConfig
+
+VOCAB, SEQ, MICRO_BATCH, MICRO_BATCHES = 128, 32, 2, 2
+
+
+def initialize(tp: int, pp: int, on_gpu: bool) -> None:
+    """1. Process groups: torch.distributed, then Megatron's TP/PP/DP groups over it."""
+    if on_gpu:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl" if on_gpu else "gloo")
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp)
+    torch.manual_seed(1234)
+    model_parallel_cuda_manual_seed(1234)
+
+
+def model_provider(tp: int, pp: int) -> tuple[TransformerConfig, GPTModel]:
+    """2. The model: one TransformerConfig, and a GPTModel built from Megatron's local layer spec."""
+    config = TransformerConfig(
+        num_layers=2, hidden_size=64, num_attention_heads=4,
+        tensor_model_parallel_size=tp, pipeline_model_parallel_size=pp, pipeline_dtype=torch.float32,
+        use_cpu_initialization=True,  # full weights made once, then split: every layout starts equal
+        hidden_dropout=0.0, attention_dropout=0.0,  # so that every layout computes the same thing
+    )
+    model = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=VOCAB,
+                     max_sequence_length=SEQ, pre_process=parallel_state.is_pipeline_first_stage(),
+                     post_process=parallel_state.is_pipeline_last_stage())
+    return config, model
+
+
+def batches(iteration: int, device):
+    """The data step 7 is given: counting sequences (each token is the previous one + 1) from random starts, the same
+    on every rank for a given iteration; a pattern the model can learn in a few steps. A real job
+    reads a dataset (Megatron's GPTDataset)."""
+    g = torch.Generator().manual_seed(iteration)
+    for _ in range(MICRO_BATCHES):
+        starts = torch.randint(0, VOCAB, (MICRO_BATCH, 1), generator=g)
+        tokens = (starts + torch.arange(SEQ + 1)) % VOCAB
+        yield {"tokens": tokens[:, :-1].to(device), "labels": tokens[:, 1:].to(device),
+               "position_ids": torch.arange(SEQ, device=device).expand(MICRO_BATCH, SEQ)}
+
+
+def forward_step(data_iterator, model):
+    """What step 7 runs for every microbatch: the forward and the loss function (Megatron's
+    schedule calls it and runs the backward itself)."""
+    batch = next(data_iterator)
+    per_token_loss = model(batch["tokens"], batch["position_ids"], None, labels=batch["labels"])
+
+    def loss_func(output):
+        loss = output.float().mean()
+        # A copy for the report: Megatron's schedule scales the returned loss in place (x CP size,
+        # / number of microbatches), and a detached tensor shares that storage.
+        return loss, {"loss": loss.detach().clone()}
+    return per_token_loss, loss_func
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--pp", type=int, default=1)
+    parser.add_argument("--iters", type=int, default=10)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--out", default="one_screen.json")
+    args = parser.parse_args()
+    on_gpu = torch.cuda.is_available()
+    device = torch.device("cuda") if on_gpu else torch.device("cpu")
+
+    initialize(args.tp, args.pp, on_gpu)
+    config, model = model_provider(args.tp, args.pp)
+    model = DistributedDataParallel(config, DistributedDataParallelConfig(), model.to(device))  # 3. DP wrapper
+    optimizer = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=args.lr), [model])  # 4. optimizer
+    config.finalize_model_grads_func = finalize_model_grads  # grads reduced across DP (and TP for norms)
+    forward_backward = get_forward_backward_func()  # 5. the schedule: no pipelining, 1F1B or interleaved
+
+    losses = []
+    for iteration in range(args.iters):  # 6.-8. the loop
+        model.zero_grad_buffer()  # 6. zero the gradient buffers
+        optimizer.zero_grad()
+        per_microbatch = forward_backward(forward_step_func=forward_step, data_iterator=batches(iteration, device),
+                                          model=[model], num_microbatches=MICRO_BATCHES, seq_length=SEQ,
+                                          micro_batch_size=MICRO_BATCH, forward_only=False)  # 7.
+        optimizer.step()  # 8. gradients reduced across DP, clipped, Adam
+        if parallel_state.is_pipeline_last_stage():  # only the last stage computes the loss
+            losses.append(sum(m["loss"].item() for m in per_microbatch) / MICRO_BATCHES)
+
+    is_writer = parallel_state.is_pipeline_last_stage() and parallel_state.get_tensor_model_parallel_rank() == 0
+    if is_writer and parallel_state.get_data_parallel_rank() == 0:
+        shapes = {name: list(p.shape) for name, p in model.module.named_parameters()}
+        with open(args.out, "w") as f:
+            json.dump({"losses": losses, "tp": args.tp, "pp": args.pp, "world_size": dist.get_world_size(),
+                       "shapes_on_this_rank": shapes}, f, indent=1)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
