@@ -15,7 +15,7 @@ PYTHON312 ?= $(shell \
     ls -d "$$(pyenv root)"/versions/3.12*/bin/python3.12 | sort -V | tail -n 1; \
   fi)
 
-.PHONY: install demo check test lab clean-runs
+.PHONY: install demo check test lab site site-check clean-runs
 
 install: $(STAMP)
 
@@ -46,6 +46,14 @@ test: install
 
 lab: install
 	$(VENV)/bin/jupyter lab notebooks
+
+# The lessons as web pages (site/html/index.html), from the executed copies `make test` writes to tests/.executed/.
+site: install
+	$(PY) site/build.py --executed tests/.executed --out site/html
+
+# Every page of the site in headless Chromium (needs Debian's chromium and playwright-core: site/README.md).
+site-check:
+	node site/check.mjs site/html $${SHOTS:-/tmp/site-shots}
 
 clean-runs:
 	rm -rf runs

@@ -69,6 +69,11 @@ class HFImportError(KitError, RuntimeError):
         self.names = list(names or [])
 
 
+class ScriptFailed(KitError, RuntimeError):
+    """A learner's own torchrun script (launch.run_script) exited with an error or timed out; the
+    message holds its last output lines."""
+
+
 class JobFailed(KitError, RuntimeError):
     def __init__(self, message: str, run, ranks: list[int]):
         super().__init__(message)

@@ -1,4 +1,4 @@
-// Screenshots of the layout lab as a learner sees it in JupyterLab (issue 16): the panel as it opens,
+// Screenshots of the layout lab as a learner sees it in JupyterLab: the panel as it opens,
 // after TP is changed to 3 (grid and named violations update), and after "Run this layout" (the curve).
 // Needs Debian's chromium and playwright-core (npm); JupyterLab from the kit's .venv. Usage:
 //   .venv/bin/jupyter lab --no-browser --port 8899 --ServerApp.token= --ServerApp.password= \

@@ -5,7 +5,7 @@ import time):
   layout.py         Layout: sizes on nodes, validation, rank grids
   rules/            every check before a process starts, one entry (resolve, check)
   models.py         model presets                hf_model.py       a Hugging Face folder's config.json
-  data_source.py    where text comes from        tokenizer.py      the tokenizers
+  data/             what a job trains on: sources, formats, tokenizers, chat examples
   checkpoint_dir.py checkpoint folders on disk   paths.py          where the kit keeps things
   flops.py          training FLOPs per token     import_phase.py   heavy imports, collector paused
 (import_phase is here, where both sides may import it: the ranks' and torchrun's imports.)"""

@@ -24,7 +24,7 @@ FORMULA = ("FLOPs/token = 3 * [L * (2h*d*(a+2g) + 2s*a*(dk+dv) + 2*a*dv*h + 2h*F
 def flops_per_token(model: ModelPreset, seq_len: int) -> float:
     h, a, g = model.hidden_size, model.num_attention_heads, model.kv_heads
     d = model.kv_channels or h // a
-    n = 3 if model.activation == "swiglu" else 2
+    n = 3 if model.gated else 2
     attention = 2 * h * d * (a + 2 * g) + 2 * seq_len * a * (d + d) + 2 * a * d * h
     if model.is_moe:
         mlp = model.moe_router_topk * 2 * h * model.expert_ffn * n + 2 * h * model.num_experts

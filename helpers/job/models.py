@@ -27,8 +27,13 @@ class ModelPreset:
     num_shared_experts: int = 0
     first_k_dense: int = 0  # leading layers with a dense MLP instead of experts (HF first_k_dense_replace)
     normalization: str = "LayerNorm"
-    activation: str = "gelu"  # gelu | swiglu | squared_relu
+    activation: str = "gelu"  # gelu | swiglu | geglu (tanh GeLU, gated: Gemma) | squared_relu
     qk_layernorm: bool = False
+    qk_norm_full_width: bool = False  # the q/k norms span all heads, one weight of heads x head_dim (OLMoE)
+    add_qkv_bias: bool = False  # biases on the Q, K, V projections only (Qwen2, GLM-4.5)
+    attention_sinks: bool = False  # a learned softmax offset per head (GPT-OSS): Megatron's own attention
+    attention_softcap: bool = False  # attention scores soft-capped (Gemma 2): the kit's soft-capped attention, cp=1
+    sandwich_norms: bool = False  # a norm after attention and after the MLP too (Gemma 2)
     add_bias_linear: bool = False  # modern LLMs (Llama, Qwen, DeepSeek) have no linear biases
     max_seq_len: int = 4096
     tied_embeddings: bool = False  # the output layer reuses the input embedding (HF tie_word_embeddings)
@@ -51,6 +56,11 @@ class ModelPreset:
     # Megatron-Bridge's provider config, which carries what a preset cannot (e.g. a hybrid's routing).
     built_from_hf: bool = False
     source: str = "kit"  # where the numbers come from (a published config.json for public models)
+
+    @property
+    def gated(self) -> bool:
+        """A gated MLP (two input projections): SwiGLU or GeGLU."""
+        return self.activation in ("swiglu", "geglu")
 
     @property
     def is_moe(self) -> bool:
@@ -91,8 +101,9 @@ class ModelPreset:
         if kinds["mamba"]:
             inner = (self.mamba_num_heads or 0) * (self.mamba_head_dim or 0)
             mamba = h * (2 * inner + 2 * (self.mamba_num_groups or 1) * (self.mamba_state_dim or 0)) + inner * h
+        embeddings = (1 if self.tied_embeddings else 2) * self.vocab_size * h  # input embedding (+ output layer)
         return (kinds["attention"] * attn + kinds["mlp"] * mlp + kinds["moe"] * moe
-                + kinds["mamba"] * mamba + 2 * self.vocab_size * h)
+                + kinds["mamba"] * mamba + embeddings)
 
     def with_(self, **changes) -> "ModelPreset":
         """A copy with some fields changed (e.g. fewer layers for a CPU run)."""
@@ -121,7 +132,7 @@ _PRESETS = {
         ModelPreset("control-moe", num_layers=4, hidden_size=256, num_attention_heads=8,
                     num_query_groups=2, ffn_hidden_size=512, vocab_size=151936, num_experts=128,
                     moe_router_topk=8, normalization="RMSNorm", max_seq_len=4096,
-                    source="seed control model (issue 3); top-k 8 and vocabulary chosen by the kit"),
+                    source="the seed's control model; top-k 8 and vocabulary chosen by the kit"),
         # control-moe scaled for CPU runs: hidden 256->64, FFN 512->128 (same 1:2 ratio), experts
         # 128->16 (EP up to 16 still divides), vocabulary 151936->512. Kept: 4 layers, 8 heads,
         # 2 query groups (so the TP limits of the control model hold here too), top-8 routing
@@ -155,6 +166,23 @@ _PRESETS = {
                     moe_ffn_hidden_size=768, qk_layernorm=True,
                     normalization="RMSNorm", activation="swiglu", max_seq_len=40960,
                     source=_HF.format("Qwen/Qwen3-30B-A3B")),
+        # DeepSeek-V4-Flash (the seed writeup's model), for the planner only: transformers 5.12.1's
+        # DeepseekV4Config defaults are its published config.json (43 layers, 256 routed experts of
+        # width 2048 + 1 shared, top-6, 64 heads, q-LoRA 1024, 129280 tokens). Its attention (one
+        # 512-wide KV head, a grouped low-rank output, a compressor/indexer) and hyper-connections
+        # have no ModelPreset fields: MLA widths stand in, with the same query (q_lora 1024 ->
+        # 64 x 512), KV (4096 -> 448 + 64) and output (64 x 256 -> 4096) sizes; the latent up
+        # projection it adds is about the compressor's size. Parameters: 284.7B planned against
+        # transformers' 284.3B (tests/unit/test_smallest_fit.py). Refused for training (helpers/job/architectures.py).
+        ModelPreset("deepseek-v4-flash", num_layers=43, hidden_size=4096, num_attention_heads=64,
+                    ffn_hidden_size=2048,  # no dense layer: every layer is MoE
+                    vocab_size=129280, num_experts=256, moe_router_topk=6, moe_ffn_hidden_size=2048,
+                    num_shared_experts=1, moe_shared_expert_intermediate_size=2048,
+                    multi_latent_attention=True, q_lora_rank=1024, kv_lora_rank=448,
+                    qk_head_dim=448, qk_pos_emb_head_dim=64, v_head_dim=256,
+                    normalization="RMSNorm", activation="swiglu", max_seq_len=1048576,
+                    source="transformers 5.12.1 DeepseekV4Config defaults (= deepseek-ai/DeepSeek-V4-Flash "
+                           "config.json); attention approximated by MLA widths (see helpers/job/models.py)"),
         ModelPreset("nemotron-3-nano-30b-a3b", num_layers=len(_NEMOTRON_PATTERN), hidden_size=2688,
                     num_attention_heads=32, num_query_groups=2,  # num_key_value_heads
                     kv_channels=128,  # head_dim

@@ -10,10 +10,10 @@ import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from helpers.job.data.source import DEFAULT_SPLIT
+from helpers.job.data.tokenizers import NAMES as TOKENIZERS
 from helpers.job.sizes import ParallelSizes, knob
-from helpers.job.tokenizer import NAMES as TOKENIZERS
 
-DATA_KINDS = ("synthetic", "wikitext", "sft")
 DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16", "fp8")
 BACKENDS = ("auto", "local", "te")  # local: Megatron's local layer spec + the kit's modules; te: Megatron's TE spec
@@ -21,6 +21,7 @@ ATTENTION_KINDS = ("auto", "sdpa", "megatron_local", "transformer_engine")
 LR_DECAYS = ("constant", "linear", "cosine")  # Megatron's OptimizerParamScheduler styles the kit offers
 FP8_RECIPES = ("tensorwise", "rowwise", "delayed")  # helpers/precision/fp8_matmul.py
 PER_TENSOR_FP8_RECIPES = ("tensorwise", "delayed")  # one scale per tensor: the same GEMMs and saved tensors
+TENSORBOARD = ("auto", "on", "off")
 FP8_LINEARS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")  # the linears precision='fp8' swaps
 
 
@@ -55,19 +56,28 @@ class JobSpec(ParallelSizes):
                           "form when cp > 1 (helpers/runtime/layers/attention/); megatron_local = Megatron's "
                           "local DotProductAttention (materialises every score matrix; no CP, no MLA)",
                           choices=ATTENTION_KINDS)
-    # ---- data (helpers/job/data_source.py; worker side helpers/runtime/data.py)
-    data: str = knob("synthetic", "synthetic tokens, WikiText-2 (continued pretraining) or prompt/response SFT",
-                     choices=DATA_KINDS)
-    tokenizer: str = knob("byte", "byte (258 tokens, fits the tiny presets), gpt2 or qwen3", choices=TOKENIZERS)
-    data_dir: str | None = knob(None, "data folder, an SFT .jsonl file, or 'generated'; none = KIT_DATA_DIR, "
-                                "then HF datasets, then generated")
+    # ---- data (helpers/job/data/; worker side helpers/runtime/data/)
+    data: str = knob("synthetic", "what to train on: synthetic tokens; wikitext (WikiText-2, continued pretraining); "
+                     "sft (the kit's generated prompt/response set, or data_dir's); or a path: a folder of .txt "
+                     "files, a .txt/.jsonl/.parquet file or a folder of them, or a Megatron indexed dataset "
+                     "prefix (PREFIX.bin + PREFIX.idx). Rows with messages or prompt + response train SFT (loss "
+                     "on the answers), text rows continued pretraining")
+    tokenizer: str = knob("auto", "auto = the hf_model folder's own tokenizer (hf) when it has one, else byte; "
+                          "byte (258 tokens, fits the tiny presets), gpt2, qwen3, or hf", choices=TOKENIZERS)
+    data_dir: str | None = knob(None, "wikitext: the folder with wikitext-2-raw-v1/ (none = KIT_DATA_DIR, then HF "
+                                "datasets, then 'generated'); sft: a .jsonl file or folder (none = the generated set)")
+    data_column: str | None = knob(None, "the JSONL key / Parquet column with each document's text or each "
+                                   "example's conversation; none = text, then messages, then prompt + response")
+    data_split: str = knob(DEFAULT_SPLIT, "train,valid,test weights dividing the documents of a source without "
+                           "its own split files (Megatron's --split)")
     eval_interval: int = knob(0, "validate every K iterations (0 = after the last only); real data only")
     eval_iters: int = knob(2, "global batches per validation and per test pass")
     # ---- where and how
     device: str = knob("auto", "auto = cuda when a GPU is visible, else cpu", choices=DEVICES)
     precision: str = knob("auto", "auto = fp32 on cpu, bf16 on cuda; fp8 = bf16 weights and activations with the "
-                          "GEMMs of the attention and dense-MLP linears in FP8 (a GPU of compute capability >= 8.9; local backend: the "
-                          "kit's FP8 linears on torch._scaled_mm, te: Transformer Engine's FP8)", choices=PRECISIONS)
+                          "GEMMs of the attention and dense-MLP linears in FP8 (a GPU of compute capability >= 8.9; "
+                          "local backend: the kit's FP8 linears on torch._scaled_mm, te: Transformer Engine's FP8)",
+                          choices=PRECISIONS)
     fp8_recipe: str = knob("tensorwise", "FP8 scaling with precision=fp8: tensorwise (one scale per tensor, from "
                            "its amax), rowwise (one per row; Hopper and newer, local backend) or delayed (one per "
                            "tensor, from the amaxes of the last 16 steps: no amax pass before each cast)",
@@ -79,6 +89,9 @@ class JobSpec(ParallelSizes):
                                  "every layout); off = each layout's own random init")
     name: str | None = knob(None, "run-directory prefix; none = <model>-<layout>")
     out: str = knob("runs", "parent folder of run directories")
+    tensorboard: str = knob("auto", "TensorBoard event files in the run directory (loss, lr, grad norm, tokens/s, "
+                            "memory, validation/test loss; tensorboard --logdir runs): auto = on when the tensorboard "
+                            "package is installed", choices=TENSORBOARD)
     timeout_s: float = knob(600.0, "wall-clock limit in seconds; the job is killed and its stalled ranks named",
                             aliases=("--timeout",))
     stall_timeout_s: float | None = knob(None, "stop the job when no rank has reported progress (a heartbeat) "

@@ -15,7 +15,8 @@ from helpers.job.spec import JobSpec
 from helpers.launch.environment import cuda_device_count
 from helpers.launch.multinode import simulate
 from helpers.launch.runner import check, execute, prepare, run, seed_checkpoint, validate
+from helpers.launch.script import run_script
 from helpers.rundir.reader import RunDir
 
-__all__ = ["run", "simulate", "prepare", "execute", "check", "validate", "seed_checkpoint", "cuda_device_count",
-           "JobSpec", "RunDir", "InvalidJob", "JobFailed", "JobTimeout"]
+__all__ = ["run", "run_script", "simulate", "prepare", "execute", "check", "validate", "seed_checkpoint",
+           "cuda_device_count", "JobSpec", "RunDir", "InvalidJob", "JobFailed", "JobTimeout"]

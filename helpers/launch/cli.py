@@ -18,12 +18,12 @@ GROUPS = [  # help sections, by field
     ("layout", ["tp", "pp", "vpp", "cp", "ep", "etp", "sp", "dist_opt", "nproc", "first_stage_layers",
                 "last_stage_layers"]),
     ("model and training", ["model", "model_overrides", "hf_model", "export_hf", "iters", "micro_batch",
-                            "global_batch", "seq_len", "lr",
-                            "lr_warmup_iters", "lr_decay", "lr_decay_iters", "min_lr", "clip_grad", "seed", "moe_dispatcher", "backend", "attention"]),
-    ("data", ["data", "tokenizer", "data_dir", "eval_interval", "eval_iters"]),
+                            "global_batch", "seq_len", "lr", "lr_warmup_iters", "lr_decay", "lr_decay_iters",
+                            "min_lr", "clip_grad", "seed", "moe_dispatcher", "backend", "attention"]),
+    ("data", ["data", "tokenizer", "data_dir", "data_column", "data_split", "eval_interval", "eval_iters"]),
     ("checkpoints", ["save_interval", "save_dir", "load_dir", "load_optimizer", "eval_only"]),
-    ("where and how", ["device", "precision", "fp8_recipe", "fp8_output_layer", "seed_checkpoint", "name", "out", "timeout_s", "stall_timeout_s", "collective_timeout_s",
-                       "env"]),
+    ("where and how", ["device", "precision", "fp8_recipe", "fp8_output_layer", "seed_checkpoint", "name", "out",
+                       "tensorboard", "timeout_s", "stall_timeout_s", "collective_timeout_s", "env"]),
 ]
 
 
@@ -84,6 +84,9 @@ def parser() -> argparse.ArgumentParser:
     assert not missing, f"JobSpec fields without a command-line flag: {missing} (add them to GROUPS)"
     p.add_argument("--from-manifest", type=Path, default=None,
                    help="repeat the run recorded in a manifest.json (other flags are ignored)")
+    p.add_argument("--list-architectures", action="store_true",
+                   help="print every Hugging Face architecture Megatron-Bridge maps, supported or refused and why "
+                        "(the table of docs/architectures.md), then exit")
     return p
 
 
@@ -115,6 +118,10 @@ def main(argv=None) -> None:
     from helpers.rundir.report_text import text
 
     args = parser().parse_args(argv)
+    if args.list_architectures:
+        from helpers.job import architectures
+        print(architectures.markdown(), end="")
+        return
     spec = spec_from_args(args)
     try:
         result = run(spec, progress=sys.stderr.isatty())

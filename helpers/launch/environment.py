@@ -7,7 +7,7 @@ import os
 import platform
 from importlib.metadata import PackageNotFoundError, version
 
-from helpers.job.rules.environment import Environment, te_installed
+from helpers.job.rules.environment import Environment, te_installed, tensorboard_installed
 
 
 def cuda_device_count() -> int:
@@ -25,12 +25,14 @@ def probe(device: str = "auto") -> Environment:
 
     gpus = 0 if device == "cpu" else cuda_device_count()
     if not gpus:
-        return Environment(te_installed=te_installed(), fp8_note=hardware.support(None).message())
+        return Environment(te_installed=te_installed(), fp8_note=hardware.support(None).message(),
+                           tensorboard_installed=tensorboard_installed())
     import torch
     support = hardware.this_device()
     return Environment(cuda_devices=gpus, gpu_name=torch.cuda.get_device_name(0), fp8_recipes=support.fp8_recipes,
                        fp8_note=support.message(), te_installed=te_installed(),
-                       device_memory_bytes=torch.cuda.get_device_properties(0).total_memory)
+                       device_memory_bytes=torch.cuda.get_device_properties(0).total_memory,
+                       tensorboard_installed=tensorboard_installed())
 
 
 def _version(pkg: str) -> str | None:

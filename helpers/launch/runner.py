@@ -16,7 +16,7 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
-from helpers.job import checkpoint_dir, data_source, hf_model, paths, rules
+from helpers.job import checkpoint_dir, data, hf_model, paths, rules
 from helpers.job.models import ModelPreset
 from helpers.job.spec import JobSpec
 from helpers.launch import environment, torchrun
@@ -65,12 +65,12 @@ def hf_record(spec: JobSpec, model: ModelPreset) -> dict | None:
             "architectures": hf_model.read_config(spec.hf_model)["architectures"]}
 
 
-def write_manifest(run_dir: Path, spec: JobSpec, model: ModelPreset, data: dict | None) -> None:
+def write_manifest(run_dir: Path, spec: JobSpec, model: ModelPreset, data_record: dict | None) -> None:
     (run_dir / names.MANIFEST).write_text(json.dumps({
         "spec": spec.to_dict(),
         "layout": spec.layout_record(),
         "model": model.to_dict(),
-        "data": data or {"kind": "synthetic", "source": "helpers/runtime/data/synthetic.py"},
+        "data": data_record or {"kind": "synthetic", "source": "helpers/runtime/data/synthetic.py"},
         "hf_model": hf_record(spec, model),  # the imported folder: name, config hash (Bridge version: versions)
         "versions": environment.versions(),
         "git_revision": git_revision(),
@@ -113,16 +113,17 @@ def prepare(spec: JobSpec, seed_path: str | None = None) -> tuple[JobSpec, Path]
     if spec.device == "cuda":  # the memory plan: warn, do not refuse (a plan can be wrong)
         from helpers.memory.fit import warn_if_over_device
         warn_if_over_device(spec, model, env.device_memory_bytes)
-    data = data_source.record(spec)
-    if data:  # pin the resolved source: a rerun from the manifest reads the same text
-        spec = dataclasses.replace(spec, data_dir=data["pinned_data_dir"])
+    source = data.resolve(spec)
+    record = data.record(spec, source)
+    if source:  # pin the resolved source: a rerun from the manifest reads the same text
+        spec = dataclasses.replace(spec, **data.pinned(spec, source))
     variables = dict(spec.env)
     if spec.seed_checkpoint:
         variables["KIT_SEED_CHECKPOINT"] = seed_path or str(seed_checkpoint(spec, model))
     spec = dataclasses.replace(spec, env=variables)
     run_dir = new_run_dir(spec, model)
     spec.write(run_dir / names.SPEC)
-    write_manifest(run_dir, spec, model, data)
+    write_manifest(run_dir, spec, model, record)
     return spec, run_dir
 
 

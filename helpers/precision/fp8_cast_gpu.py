@@ -5,8 +5,8 @@ Why the kit owns this (it replaces what Transformer Engine's cast/transpose kern
 GEMM needs its two operands quantised right before it, and `_scaled_mm` wants the second one
 column-major, so the weight gradient needs x and dy transposed as well. Written as torch
 operations, the quantiser is an fp32 copy, an abs, a reduction, a multiply, a clamp, a cast and a
-transposing copy: seven passes over memory. On the H200 that cost more than FP8 saves (one FC1-sized
-linear: 1.7 ms in FP8 against 1.0 ms in bf16, run 1 of benchmarks/gpu_precision.py); torch.compile
+transposing copy: seven passes over memory. On the H200 that costs more than FP8 saves (one FC1-sized
+linear: 1.7 ms in FP8 against 1.0 ms in bf16, measured with benchmarks/speed/precision.py); torch.compile
 with dynamic shapes fused it only partly (its full reduction to one amax ran at a fraction of memory
 bandwidth). Here the amax is one torch reduction (`vector_norm(ord=inf)`, no materialised abs) and
 everything else one kernel: each program loads a tile once, scales it in fp32, and stores it in
@@ -14,7 +14,7 @@ both layouts (the transposed store goes through shared memory, so both stores ar
 
 The arithmetic is recipes.scale_and_cast_to's, operation for operation (scale = max / amax in fp32
 the way torch divides a number by a tensor, 1 where amax is 0; clamp; round-to-nearest-even cast;
-dequantisation multiplier 1 / scale), so the two agree bit for bit: benchmarks/gpu_precision.py
+dequantisation multiplier 1 / scale), so the two agree bit for bit: benchmarks/speed/precision.py
 counts the differing bytes on the GPU; tests/unit/test_fp8_cast_gpu.py runs the kernel in Triton's
 interpreter on CPU on values that need no rounding (the interpreter's own FP8 rounding is not the
 GPU's: it does not carry a rounded-up mantissa into the exponent).
@@ -32,11 +32,11 @@ import triton
 import triton.language as tl
 
 # (BLOCK_M, BLOCK_K, warps) per kernel: a tile of BLOCK_M rows of BLOCK_K values per program.
-# benchmarks/gpu_fp8_cast_tiles.py on the H200 (2026-12-01, the 1.4B GPT's operands at micro batch
+# benchmarks/speed/fp8_cast_tiles.py on the H200 (2026-12-01, the 1.4B GPT's operands at micro batch
 # 16) timed the delayed cast 7% faster alone with 64 x 64 tiles (1349 us per layer against 1456)
-# and the current-scaling cast 2% slower; the training steps with 64 x 64 ran on other machines
-# (and the delayed one over 200 iterations, not 12), so they do not decide it (README "Precision",
-# run 3): 64 x 128 stays, the tile of the fastest step measured, until a same-machine A/B.
+# and the current-scaling cast 2% slower; training steps with 64 x 64 tiles were only measured on
+# other machines than their 64 x 128 references, so they do not decide it (docs/results/gpu_profile.md):
+# 64 x 128 stays, the tile of the fastest step measured, until a same-machine A/B.
 SCALE_CAST_TILE = (64, 128, 4)
 DELAYED_CAST_TILE = (64, 128, 4)
 PER_TENSOR, PER_ROW, PER_COLUMN = 0, 1, 2

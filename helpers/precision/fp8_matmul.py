@@ -1,8 +1,8 @@
 """One linear layer's three GEMMs in FP8 on `torch._scaled_mm`: y = x W^T (forward), dx = dy W
 (input gradient, "dgrad") and dW = dy^T x (weight gradient, "wgrad"). Inputs and outputs stay
 bf16; each GEMM quantises its two operands right before it (current scaling, recipes.scale_and_cast,
-or delayed scaling for activations and gradients) and accumulates in fp32 inside the tensor cores; the bf16 master weights and the fp32
-gradient buffers of Megatron's optimizer are untouched.
+or delayed scaling for activations and gradients) and accumulates in fp32 inside the tensor cores; the bf16
+master weights and the fp32 gradient buffers of Megatron's optimizer are untouched.
 
   recipe      forward            dgrad              wgrad              saved for backward
   tensorwise  x e4m3, W e4m3     dy e5m2, W e4m3    dy e5m2, x e4m3    x^T and W^T in FP8 (+ scales)
@@ -147,10 +147,9 @@ def advance(streams) -> None:
     then copied back into each stream's own tensors with multi-tensor copies: ~15 launches per step
     instead of ~7 per stream (1,344 for the 1.4B GPT's 192 streams). Those many tiny launches came
     when the launch queue was full of the backward's kernels, so the host sat blocked in them until
-    the GPU had nearly finished (the step's fwd_bwd_drain_s read ~0, as if host-bound); the step
-    itself was not slower for it (the same GPU, 2026-12-02, measured together with a since-removed
-    pre-quantisation of the weights: 0.1% faster, losses bit for bit equal; docs/precision_gpu_results.json
-    run4). Each stream keeps tensors of its own:
+    the GPU had nearly finished (the step's fwd_bwd_drain_s read ~0, as if host-bound); stacked, the
+    step is as fast (H200, 2026-12-02: 0.851 against 0.852 s, losses bit for bit equal;
+    docs/results/gpu_profile.md). Each stream keeps tensors of its own:
     cuBLASLt refuses a dequantisation scale that is a row of a larger tensor
     (CUBLAS_STATUS_NOT_SUPPORTED from `_scaled_mm`, H200, 2026-12-01). They are updated in place,
     after every backward pass of the step has run."""

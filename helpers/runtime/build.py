@@ -158,6 +158,14 @@ def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
             vp_stage=vp,
             **gpt_model_options(config, model, spec.seq_len),
         ))
+    if getattr(config, "scale_embedding", False):  # Gemma (set by helpers/runtime/hf/config.py)
+        from helpers.runtime.layers import embedding_scale
+        for chunk in chunks:
+            embedding_scale.use_in(chunk, config.hidden_size)
+    if getattr(config, "final_logit_softcapping", None):  # Gemma 2
+        from helpers.runtime.layers import logit_softcap
+        for chunk in chunks:
+            logit_softcap.use_in(chunk, config.final_logit_softcapping)
     if local_fp8_recipe(spec) and spec.fp8_output_layer:
         for chunk in chunks:
             fp8_linear.use_in_output_layer(chunk, local_fp8_recipe(spec))

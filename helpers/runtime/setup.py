@@ -28,10 +28,22 @@ def process_groups(spec) -> torch.device:
     else:
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         torch.cuda.set_device(device)
-    backend = "gloo" if on_cpu else "nccl"
-    timeout_s = spec.collective_timeout_s or DEFAULT_COLLECTIVE_TIMEOUT_S[backend]
-    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
-    ps.initialize_model_parallel(
+    timeout_s = collective_timeout_s(spec)
+    dist.init_process_group("gloo" if on_cpu else "nccl", timeout=timedelta(seconds=timeout_s))
+    ps.initialize_model_parallel(**parallel_args(spec, timeout_s))
+    torch.manual_seed(spec.seed)
+    model_parallel_cuda_manual_seed(spec.seed)
+    return device
+
+
+def collective_timeout_s(spec) -> float:
+    return spec.collective_timeout_s or DEFAULT_COLLECTIVE_TIMEOUT_S["gloo" if spec.device == "cpu" else "nccl"]
+
+
+def parallel_args(spec, timeout_s: float) -> dict:
+    """The arguments of Megatron's `parallel_state.initialize_model_parallel` for this job (also
+    recorded in the run directory's megatron.json)."""
+    return dict(
         tensor_model_parallel_size=spec.tp,
         pipeline_model_parallel_size=spec.pp,
         virtual_pipeline_model_parallel_size=spec.vpp,
@@ -40,6 +52,3 @@ def process_groups(spec) -> torch.device:
         expert_tensor_parallel_size=spec.expert_tp,
         distributed_timeout_minutes=timeout_s / 60,  # Megatron's groups: timedelta(minutes=...) accepts a fraction
     )
-    torch.manual_seed(spec.seed)
-    model_parallel_cuda_manual_seed(spec.seed)
-    return device

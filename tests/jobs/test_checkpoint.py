@@ -1,4 +1,4 @@
-"""Checkpoints that survive (issue 6): bit-exact resume after `kill -9`, a crash in the middle of
+"""Checkpoints that survive: bit-exact resume after `kill -9`, a crash in the middle of
 a save, one clear error for bad checkpoints, and a reshard matrix (save at 4 layouts, load each
 into 4 others, same evaluation loss). Jobs are tiny (2 + 2 iterations, seq 32) and the
 checkpoints the crash runs leave behind are reused as the matrix's sources."""

@@ -1,4 +1,4 @@
-"""Context parallel and experts beyond what notebooks 06, 07 and 08 assert: CP
+"""Context parallel and experts beyond what notebooks 07, 08 and 09 assert: CP
 combined with MoE (where the loss scaling under CP shows, because the router's aux loss is scaled
 separately), EP with ETP != TP, and the all-to-all volume formula. Without processes (the CP token
 split the kit's attention assumes, the formula's scope): tests/unit/test_expert_cp_formulas.py."""

@@ -1,9 +1,12 @@
 """A Mamba2/attention/MoE hybrid (Nemotron-H) imported through Megatron-Bridge and trained on the
 kit's local backend (helpers/runtime/layers/mamba/: the pure-torch mixer in Megatron's HybridModel), on
-CPU in fp32, with the kit's tiny random Nemotron-H (helpers/launch/tiny_hf.py, pattern "ME*-").
+CPU in fp32, with the kit's tiny random Nemotron-H (helpers/launch/tiny_hf.py, pattern "ME*-"), saved
+by transformers' own save_pretrained: its embedding is `backbone.embedding.weight`, which Bridge
+0.6.2 calls `backbone.embeddings.weight` (the published spelling; both import: helpers/job/hf_names.py).
 
 * logits equal transformers' at TP=1, TP=2+SP (MoE with TP needs SP), PP=2, EP=2 and CP=2, and
-  import -> export without training is bit-identical (one torchrun job for all layouts);
+  import -> export without training is bit-identical, in the folder's own spelling (one torchrun
+  job for all layouts, and for the same model saved with the published spelling, at TP=1);
 * 5 iterations at PP=2, TP=2+SP, EP=2 (distributed optimizer) and CP=2 give the losses of one
   process, and every rank holds the memory planner's static bytes exactly;
 * the PP=2 job's checkpoint reloads at TP=2+SP and at TP=1, and transformers, loading the PP=2
@@ -20,6 +23,7 @@ from helpers.memory.vs_measured import static_mismatches
 RTOL = 1e-5  # fp32 on CPU: the measured differences are 2e-7 .. 4e-7
 TRAIN = dict(iters=5, seq_len=32, micro_batch=2, global_batch=4, device="cpu", progress=False)  # EP=2 runs DP=2
 LAYOUTS = {"tp1": dict(), "tp2-sp": dict(tp=2, sp=True), "pp2": dict(pp=2), "ep2": dict(ep=2), "cp2": dict(cp=2)}
+PUBLISHED = "tp1-published-names"
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +37,13 @@ def out(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def parity(nemotron, out):
-    return dict(zip(LAYOUTS, hf_check.parity(nemotron, list(LAYOUTS.values()), nproc=2, out=out)))
+def parity(nemotron, out, tmp_path_factory):
+    published = str(tiny_hf.make("nemotronh", tmp_path_factory.mktemp("hf") / "published", published_names=True))
+    cases = [*LAYOUTS.values(), dict(hf_model=published)]
+    return dict(zip([*LAYOUTS, PUBLISHED], hf_check.parity(nemotron, cases, nproc=2, out=out)))
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("layout", [*LAYOUTS, PUBLISHED])
 def test_logits_equal_transformers_and_export_is_bit_identical(parity, layout):
     record = parity[layout]
     assert record["max_rel_diff"] <= RTOL, record

@@ -1,8 +1,8 @@
 """The job runner: success, equivalence with one process (SDPA vs local attention; the layouts are
-notebooks 02, 03 and 05), named failures, timeouts that leave no
+notebooks 03, 04 and 06), named failures, timeouts that leave no
 process behind, and requests rejected before anything starts. A rank that raises, one that dies
 without a traceback, NaN, a hang inside a collective (collective_timeout_s) and one in a checkpoint
-save (stall_timeout_s) are asserted in notebooks/11_failure_modes.ipynb, which runs each of them."""
+save (stall_timeout_s) are asserted in notebooks/12_failure_modes.ipynb, which runs each of them."""
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -69,7 +69,7 @@ def test_single_process_run_writes_the_run_directory(reference):
     assert run.ranks[0]["param_bytes"] == run.ranks[0]["params"] * 4  # fp32
 
 
-# TP=2/4, PP=2/4 (+VPP) and DP=2/4 against one process (rtol 1e-5): notebooks 02, 03 and 05 assert it
+# TP=2/4, PP=2/4 (+VPP) and DP=2/4 against one process (rtol 1e-5): notebooks 03, 04 and 06 assert it
 # under papermill (tests/notebooks), so no separate jobs here.
 
 
@@ -131,3 +131,16 @@ def test_manifest_repeats_the_run_exactly(reference, tmp_path):
     spec = spec_from_args(parser().parse_args(["--from-manifest", str(reference.path / "manifest.json")]))
     again = launch.run(spec, progress=False, out=str(tmp_path))
     assert again.losses == reference.losses
+
+
+def test_a_learners_script_that_fails_is_reported_with_its_last_lines(tmp_path):
+    """launch.run_script: a rank's exception reaches the caller as ScriptFailed with the script's
+    own message, not a torchrun traceback to dig through."""
+    from helpers.errors import ScriptFailed
+    script = tmp_path / "broken.py"
+    script.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n"
+                      "raise ValueError('my model has 5 heads, TP=2 cannot split them')\n")
+    with pytest.raises(ScriptFailed, match="5 heads, TP=2"):
+        launch.run_script(script, nproc=1, timeout_s=120)
+    with pytest.raises(FileNotFoundError):
+        launch.run_script(tmp_path / "missing.py")

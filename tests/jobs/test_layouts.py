@@ -5,7 +5,7 @@ floating-point reduction order: TP, TP+SP, PP, VPP, uneven PP, CP, DP, DP + dist
 EP with both dispatchers, ETP, EDP and the 16-rank 5D layout (TP2 PP2 CP2 DP2, ETP1 EP4 EDP2).
 Every run's live process groups (groups.json) must also be the ones Megatron's RankGenerator
 predicts (Layout.rank_groups). One reference run per model, shared; the jobs run two at a time.
-The lessons (notebooks 02-08) measure what each axis communicates and stores; this test owns the
+The lessons (notebooks 03-09) measure what each axis communicates and stores; this test owns the
 equality."""
 import math
 
@@ -77,3 +77,38 @@ def test_layout_trains_what_one_process_trains(name, trained):
     layout = Layout.of(run.spec)
     assert probe.mismatches(layout, run.groups) == []  # live groups = Megatron's RankGenerator's
     assert run.report["passed"], run.report
+
+
+@pytest.mark.parametrize("name, config, flags", [
+    ("tp2-sp", dict(tensor_model_parallel_size=2, sequence_parallel=True),
+     ["--tensor-model-parallel-size 2", "--sequence-parallel"]),
+    ("pp2-vpp2", dict(pipeline_model_parallel_size=2, virtual_pipeline_model_parallel_size=2),
+     ["--pipeline-model-parallel-size 2", "--num-virtual-stages-per-pipeline-rank 2"]),
+    ("ep2-alltoall", dict(expert_model_parallel_size=2, moe_token_dispatcher_type="alltoall"),
+     ["--expert-model-parallel-size 2", "--moe-token-dispatcher-type alltoall"]),
+])
+def test_the_run_records_what_it_asked_of_megatron(name, config, flags, trained):
+    """megatron.json holds the TransformerConfig the workers built, and Megatron-LM's own parser
+    reads the flags made from it back to the same values."""
+    from helpers.rundir import megatron_flags
+    calls = _ok(trained[name]).megatron
+    fields = calls["TransformerConfig"]["fields"]
+    assert {k: fields.get(k) for k in config} == config
+    assert {k: calls["initialize_model_parallel"][k] for k in config if k in calls["initialize_model_parallel"]} \
+        == {k: v for k, v in config.items() if k in calls["initialize_model_parallel"]}
+    made = megatron_flags.flags(calls)
+    assert set(flags) <= set(made), made
+    args = megatron_flags.parse(made)
+    assert args.tensor_model_parallel_size == fields.get("tensor_model_parallel_size", 1)
+    assert args.sequence_parallel == fields.get("sequence_parallel", False)
+    assert args.pipeline_model_parallel_size == fields.get("pipeline_model_parallel_size", 1)
+    assert (args.num_virtual_stages_per_pipeline_rank or None) == fields.get("virtual_pipeline_model_parallel_size")
+    assert args.num_layers == fields["num_layers"] and args.hidden_size == fields["hidden_size"]
+    ranks = calls["modules"]
+    assert len(ranks) == _ok(trained[name]).spec.world_size
+    # every rank's modules are Megatron's classes with this rank's local shapes
+    qkv = [r for r in ranks["0"] if r["name"].endswith("layers.0.self_attention.linear_qkv")]
+    assert qkv and qkv[0]["class"] == "ColumnParallelLinear" and qkv[0]["module"].startswith("megatron.core")
+    tp = fields.get("tensor_model_parallel_size", 1)
+    heads, groups, dim = fields["num_attention_heads"], fields["num_query_groups"], fields["kv_channels"]
+    assert qkv[0]["params"]["weight"][0] == (heads + 2 * groups) * dim // tp  # this TP rank's Q, K and V heads

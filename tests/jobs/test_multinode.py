@@ -1,4 +1,4 @@
-"""Multi-node on one machine (issue 6): two torchrun agents with --nnodes 2 and c10d rendezvous,
+"""Multi-node on one machine: two torchrun agents with --nnodes 2 and c10d rendezvous,
 each with its own node-local directory. Resume through a shared checkpoint folder; node-local
 checkpoint folders and files that differ between nodes are refused before training with the
 node and file named; a peer that hangs in a checkpoint save or load ends the job at the timeout
@@ -93,7 +93,7 @@ def test_preflight_names_the_node_and_the_file(tmp_path):
 # A hang is caught by the stall watchdog (stall_timeout_s: no rank's heartbeat moved for that long),
 # so the test waits ~25 s after the hang instead of a whole timeout; timeout_s stays as the backstop
 # (an idle 2-core machine reaches the hang in ~30 s on two simulated nodes). A hang in a one-node
-# save is in notebooks/11_failure_modes.ipynb.
+# save is in notebooks/12_failure_modes.ipynb.
 STALL = 25
 
 

@@ -1,7 +1,8 @@
 """The smoke-test contract on real data, as report.json: continued pretraining on WikiText passes
 all eight checks in two layouts (the 16-process 5D layout on the scaled control MoE model passes
-them in notebooks/08_process_groups_5d.ipynb), SFT in two; layouts agree with each other on real data; a rerun from the manifest reproduces the
-losses exactly; the validation loss falls; and a NaN makes the card fail, naming the iteration."""
+them in notebooks/09_process_groups_5d.ipynb), SFT in two; layouts agree with each other on real data;
+a rerun from the manifest reproduces the losses exactly; the validation loss falls; a NaN makes the card
+fail, naming the iteration; and the run's TensorBoard events hold the numbers of its metrics.jsonl."""
 import json
 import math
 import subprocess
@@ -59,7 +60,7 @@ def test_cpt_tp2_pp2_matches_dp2_on_real_data(cpt_dp2, out):
 
 def test_rerun_from_the_manifest_reproduces_the_losses_exactly(cpt_dp2):
     manifest = cpt_dp2.path / "manifest.json"
-    assert json.loads(manifest.read_text())["data"]["pinned_data_dir"]
+    assert json.loads(manifest.read_text())["data"]["pinned"]["data_dir"]
     out = subprocess.run([sys.executable, "-m", "helpers.launch", "--from-manifest", str(manifest)],
                          capture_output=True, text=True, cwd=paths.REPO_ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -98,3 +99,32 @@ def test_a_nan_fails_the_card_and_names_the_iteration(out):
     assert checks["no_nan_no_skip"]["status"] == "fail" and "iteration 2" in checks["no_nan_no_skip"]["evidence"]
     assert checks["forward"]["status"] == "pass" and math.isfinite(run.losses[0])
     assert checks["validation_test"]["evidence"].startswith("not reached")
+
+
+def test_tensorboard_events_hold_the_same_numbers_as_metrics_jsonl(cpt_dp2):
+    """Rank 0 of the two writes one event file beside metrics.jsonl; read back with TensorBoard's own
+    reader it holds metrics.jsonl's loss, lr and grad norm at each iteration and validation.jsonl's
+    losses (TensorBoard stores scalars as float32: each value is the float32 rounding of the record)."""
+    import numpy as np
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from helpers.rundir import names
+
+    assert len(list(cpt_dp2.path.glob(names.TENSORBOARD_EVENTS))) == 1
+    events = EventAccumulator(str(cpt_dp2.path))
+    events.Reload()
+
+    def scalars(tag):
+        return [(e.step, e.value) for e in events.Scalars(tag)]
+
+    def f32(x):
+        return float(np.float32(x))
+
+    metrics = cpt_dp2.metrics
+    assert len(metrics) == CPT["iters"]
+    for tag, key in [("lm loss", "loss"), ("learning-rate", "lr"), ("grad-norm", "grad_norm")]:
+        assert scalars(tag) == [(m["iteration"], f32(m[key])) for m in metrics], tag
+    assert [v for _, v in scalars("lm loss")] == [f32(x) for x in cpt_dp2.losses]
+    assert len(scalars("tokens-per-second")) == len(scalars("iteration-time")) == CPT["iters"]
+    for split, tag in [("valid", "lm loss validation"), ("test", "lm loss test")]:
+        assert scalars(tag) == [(e["iteration"], f32(e["loss"])) for e in cpt_dp2.evaluations if e["split"] == split]

@@ -119,3 +119,54 @@ def test_context_parallel_chunks_equal_whole_sequence(cp, heads, groups, dk, dv,
                             lambda t, *a, **kw: gathered[next(pick)])
         out[order[r]] = attn(q[order[r]], k[order[r]], v[order[r]], None)
     torch.testing.assert_close(out, naive(q, k, v, dk ** -0.5, causal(seq, seq)), rtol=0, atol=1e-12)
+
+
+def transformers_sliding_window(seq: int, window: int) -> torch.Tensor:
+    """transformers' own sliding-window causal mask (Mistral's `sliding_window`), [q, k], True = sees."""
+    from transformers.masking_utils import sliding_window_causal_mask_function
+
+    allowed = sliding_window_causal_mask_function(window)
+    return allowed(0, 0, torch.arange(seq)[:, None], torch.arange(seq)[None, :])
+
+
+def window_config(heads, groups, kv_channels, window, cp=1, skip_freq=None):
+    c = config(heads, groups, kv_channels, cp)
+    c.window_size, c.window_attn_skip_freq = (window - 1, 0), skip_freq  # what Bridge's Mistral provider sets
+    return c
+
+
+def test_sliding_window_equals_transformers_mask_and_skips_the_layers_megatron_skips():
+    """HF sliding_window W (Megatron window_size (W-1, 0)): each query sees its last W keys; with
+    window_attn_skip_freq=2, layer 2 is a full-attention layer, as Megatron's own attention decides."""
+    from megatron.core.transformer.enums import AttnMaskType
+
+    q, k, v = qkv(16, 2, 4, 2, 8, 8, torch.float64)
+    mask = transformers_sliding_window(16, 5)
+    assert mask.sum() < causal(16, 16).sum()  # the window does cut keys off
+    for layer, expected in ((1, mask), (2, causal(16, 16))):
+        attn = SDPACoreAttention(window_config(4, 2, 8, 5, skip_freq=2), layer, AttnMaskType.causal,
+                                 pg_collection=ONE_TP)
+        torch.testing.assert_close(attn(q, k, v, None), naive(q, k, v, 8 ** -0.5, expected), rtol=0, atol=1e-12)
+
+
+def test_context_parallel_sliding_window_equals_the_whole_sequence(monkeypatch):
+    """CP=2 with a window of 5 over chunks of 4: windows cross chunk and rank borders."""
+    from megatron.core.tensor_parallel import mappings
+    from megatron.core.transformer.enums import AttnMaskType
+
+    cp, seq, chunk = 2, 16, 4
+    q, k, v = qkv(seq, 2, 4, 2, 8, 8, torch.float64)
+    order = [torch.cat([torch.arange(r * chunk, (r + 1) * chunk),
+                        torch.arange((2 * cp - 1 - r) * chunk, (2 * cp - r) * chunk)]) for r in range(cp)]
+    gathered = {"k": torch.cat([k[o] for o in order]), "v": torch.cat([v[o] for o in order])}
+    out = torch.empty(seq, 2, 4 * 8, dtype=torch.float64)
+    for r in range(cp):
+        group = SimpleNamespace(size=lambda: cp, rank=lambda r=r: r)
+        attn = ContextParallelAttention(window_config(4, 2, 8, 5, cp=cp), 1, AttnMaskType.causal,
+                                        pg_collection=SimpleNamespace(tp=ONE_TP.tp, cp=group))
+        pick = iter(["k", "v"])
+        monkeypatch.setattr(mappings, "gather_from_sequence_parallel_region",
+                            lambda t, *a, **kw: gathered[next(pick)])
+        out[order[r]] = attn(q[order[r]], k[order[r]], v[order[r]], None)
+    torch.testing.assert_close(out, naive(q, k, v, 8 ** -0.5, transformers_sliding_window(seq, 5)), rtol=0,
+                               atol=1e-12)

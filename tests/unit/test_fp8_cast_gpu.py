@@ -4,8 +4,9 @@ transposed, both), every scale granularity (tensor, row, column), ragged edges (
 not multiples of the tile) and all-zero rows must give the same bytes and the same dequantisation
 multipliers. The inputs are chosen so that no value needs rounding (FP8 values times powers of two,
 the format's max replaced by 256), because the interpreter's FP8 conversion does not round as the
-GPU does; the delayed recipe's kernel (scale given, amax measured) is checked the same way (a rounded-up mantissa is not carried into the exponent); what is left to the GPU is the
-hardware's round-to-nearest-even, which benchmarks/gpu_precision.py compares byte for byte."""
+GPU does (a rounded-up mantissa is not carried into the exponent); the delayed recipe's kernel
+(scale given, amax measured) is checked the same way; what is left to the GPU is the
+hardware's round-to-nearest-even, which benchmarks/speed/precision.py compares byte for byte."""
 from __future__ import annotations
 
 import json
@@ -74,7 +75,8 @@ def compare_all() -> dict:
                      "amax": float(amax_bits.view(torch.float32)) == float(x.float().abs().max()),
                      "at_max": int((q.float().abs() == FMAX).sum())}
     errors = {}
-    for name, args in {"3d": (x[None], FMAX, torch.float8_e4m3fn, None), "dim": (x, FMAX, torch.float8_e4m3fn, 2)}.items():
+    cases = {"3d": (x[None], FMAX, torch.float8_e4m3fn, None), "dim": (x, FMAX, torch.float8_e4m3fn, 2)}
+    for name, args in cases.items():
         try:
             fp8_cast_gpu.scale_cast(*args)
             errors[name] = None

@@ -3,7 +3,7 @@
 FP8 GEMMs of helpers/precision/fp8_matmul.py (same bytes as calling them directly), through two
 training steps (training_step: the per-step weight cache, the delayed recipe's histories), and
 lands within FP8's error of Megatron's bf16 linear. On CPU `_scaled_mm` takes one scale per
-tensor, so tensorwise and delayed run for real; the GPU runs are benchmarks/gpu_precision.py."""
+tensor, so tensorwise and delayed run for real; the GPU runs are benchmarks/speed/precision.py."""
 from __future__ import annotations
 
 import json

@@ -3,7 +3,7 @@ recipes' own quantise/dequantise: forward, input gradient and weight gradient eq
 product of the dequantised operands up to the bf16 rounding of the output, for both recipes.
 Tensorwise runs torch's real `_scaled_mm` (its CPU kernel takes per-tensor scales); rowwise runs
 the same code with `_scaled_mm` replaced by its definition, (a*scale_a) @ (b*scale_b), since the
-CPU kernel refuses row scales (the GPU run compares the real one: benchmarks/gpu_precision.py)."""
+CPU kernel refuses row scales (the GPU run compares the real one: benchmarks/speed/precision.py)."""
 from __future__ import annotations
 
 import pytest

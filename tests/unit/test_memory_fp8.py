@@ -2,9 +2,8 @@
 kit's local FP8 linears save FP8 inputs for tensorwise (1 byte instead of bf16's 2 for QKV, the
 projection, FC1 and FC2), rowwise saves what bf16 saves; both keep two FP8 layouts of every FP8
 linear's weight for a training step (fp8_matmul.training_step), and Transformer Engine's FP8 keeps an
-FP8 copy and its transpose of every weight. Measured on the H200 (README, "Precision") before the
-per-step weight copies existed: the tensorwise plan was 0.4% above the 1.4B GPT's peak, bf16's and
-rowwise's 2.2%; with the copies (+2.25 GiB planned for the 1.4B GPT) the peak is not yet measured."""
+FP8 copy and its transpose of every weight. On an H200 the FP8 plans of the 1.4B GPT, the per-step
+weight copies included, sit 0.03-0.2% above the measured peaks (docs/results/precision.md)."""
 from __future__ import annotations
 
 import dataclasses
@@ -54,7 +53,7 @@ def test_under_sp_the_gathered_input_is_saved():
     projection and FC2 inputs (not split by SP) still halve."""
     sp = Layout(seq_len=2048, micro_batch=4, global_batch=8, tp=2, sp=True, nproc=2)
     bf16, fp8 = stage(Training(), sp), stage(Training(precision="fp8"), sp)
-    T, h, f, L = 2048 * 4, 2048, 8192 // 2, 24
+    T, f, L = 2048 * 4, 8192 // 2, 24
     q_w = 2048 // 2
     # QKV/FC1: T*h FP8 instead of T/2*h bf16 (the same bytes); projection and FC2: half
     assert bf16.terms["activations"] - fp8.terms["activations"] == L * T * (q_w + f)

@@ -14,9 +14,9 @@ from helpers.job.spec import JobSpec
 from helpers.memory import Training, plan_memory, rank_coordinates, static_memory
 from helpers.memory.vs_measured import peak_rows, static_mismatches
 
-GPU_RESULTS = Path(__file__).resolve().parents[2] / "docs" / "memory_gpu_results.json"
-SDPA_RESULTS = GPU_RESULTS.with_name("memory_gpu_sdpa_results.json")
-HYBRID_RESULTS = GPU_RESULTS.with_name("memory_gpu_hybrid_results.json")
+GPU_RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_checks" / "memory_results_local_attention.json"
+SDPA_RESULTS = GPU_RESULTS.with_name("memory_results.json")
+HYBRID_RESULTS = GPU_RESULTS.with_name("hybrid_memory_results.json")
 
 
 def test_padding_changes_distributed_optimizer_shards():
@@ -52,8 +52,8 @@ def _within_ten_percent(results: dict) -> int:
 
 
 def test_gpu_measurements_within_ten_percent():
-    """docs/memory_gpu_results.json (2x H200, before issue 19: Megatron's local attention, unfused
-    cross-entropy, as each entry records): the plan is within 10% of torch's peak allocated on every
+    """benchmarks/gpu_checks/memory_results_local_attention.json (2x H200, Megatron's local attention and
+    the unfused cross-entropy, as each entry records): the plan is within 10% of torch's peak allocated on every
     rank of every layout, and its static terms equal the GPU job's ranks.json (bf16, fp32 grads)."""
     results = json.loads(GPU_RESULTS.read_text())
     assert _within_ten_percent(results) >= 20 and len(results) >= 12
@@ -62,7 +62,7 @@ def test_gpu_measurements_within_ten_percent():
 
 
 def test_gpu_measurements_with_sdpa_within_ten_percent():
-    """docs/memory_gpu_sdpa_results.json (1x H200, the kit's SDPA attention and GPU fusions; two
+    """benchmarks/gpu_checks/memory_results.json (1x H200, the kit's SDPA attention and GPU fusions; two
     layouts with Megatron's local attention for comparison): the plan within 10% of each peak."""
     results = json.loads(SDPA_RESULTS.read_text())
     assert _within_ten_percent(results) == len(results) >= 15
@@ -74,8 +74,8 @@ def test_gpu_measurements_with_sdpa_within_ten_percent():
 
 
 def test_gpu_hybrid_measurements_within_ten_percent():
-    """docs/memory_gpu_hybrid_results.json (1x H200, benchmarks/gpu_hybrid.py): an 8-layer random
-    Nemotron-H imported through Bridge, the kit's torch Mamba mixer in bf16; the plan (its Mamba term
+    """benchmarks/gpu_checks/hybrid_memory_results.json (1x H200, benchmarks/gpu_checks/hybrid_memory.py): an 8-layer
+    random Nemotron-H imported through Bridge, the kit's torch Mamba mixer in bf16; the plan (its Mamba term
     torch_mamba_mixer) within 10% of torch's peak allocated in each of 3 layouts; the scan on CUDA
     in fp32 matched the fp64 recurrence."""
     from helpers.job import hf_model

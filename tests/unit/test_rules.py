@@ -10,7 +10,7 @@ from helpers import launch
 from helpers.job import rules
 from helpers.job.rules.environment import Environment
 from helpers.job.spec import JobSpec
-from helpers.launch import cli
+from helpers.launch import cli, tiny_hf
 
 HOPPER = Environment(cuda_devices=8, fp8_recipes=("tensorwise", "rowwise", "delayed"), fp8_note="Hopper")
 NEMOTRON_H = {"architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 64,
@@ -26,10 +26,7 @@ def names(spec: JobSpec, env: Environment = rules.CPU_ONLY) -> list[str]:
 
 
 def hf_folder(tmp_path, config: dict) -> str:
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    (tmp_path / "config.json").write_text(json.dumps(config))
-    (tmp_path / "model.safetensors").write_bytes(b"")  # only its presence is checked before launch
-    return str(tmp_path)
+    return str(tiny_hf.config_only(tmp_path, config))  # tensor names, no data: what is read before launch
 
 
 def sft_file(tmp_path, rows: list) -> str:
@@ -75,9 +72,9 @@ def test_what_the_worker_refused_after_start_is_a_named_rule_before_start(case, 
         "fp8_hybrid": lambda: (JobSpec(hf_model=hf_folder(tmp_path / "nh", NEMOTRON_H), precision="fp8",
                                        device="cuda", seq_len=64, backend="local"), HOPPER, "fp8_not_built_for_hybrid"),
         "sft_empty_split": lambda: (JobSpec(data="sft", data_dir=sft_file(tmp_path, one_example * 3)),
-                                    rules.CPU_ONLY, "sft_split_empty"),
+                                    rules.CPU_ONLY, "data_split_empty"),
         "sft_bad_line": lambda: (JobSpec(data="sft", data_dir=sft_file(tmp_path, [{"prompt": "a", "reply": "b"}] * 20)),
-                                 rules.CPU_ONLY, "sft_examples_invalid"),
+                                 rules.CPU_ONLY, "data_unreadable"),
         "megatron_local_cp": lambda: (JobSpec(attention="megatron_local", cp=2), rules.CPU_ONLY,
                                       "megatron_local_attention_no_cp"),
         "megatron_local_mla": lambda: (JobSpec(attention="megatron_local", model="deepseek-v2-lite", pp=2,
@@ -100,3 +97,31 @@ def test_a_valid_job_has_no_violation():
     assert names(JobSpec(tp=2, pp=2, nproc=8)) == []
     assert names(JobSpec(model="tiny-moe", tp=2, sp=True, ep=2, nproc=4)) == []
     assert names(JobSpec(precision="fp8", seq_len=64, device="cuda"), HOPPER) == []
+
+
+GPT_OSS = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "num_hidden_layers": 2, "hidden_size": 64,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 48,
+           "vocab_size": 512, "hidden_act": "silu", "num_local_experts": 4, "num_experts_per_tok": 2,
+           "attention_bias": True, "sliding_window": 8, "max_position_embeddings": 256}
+
+
+def test_attention_sinks_choose_megatron_attention_and_refuse_what_it_cannot_do(tmp_path):
+    """GPT-OSS: auto attention is Megatron's own local one (the one that computes sinks); SDPA, biased
+    experts at ETP > 1 and training at TP > 1 are named before start."""
+    hf = hf_folder(tmp_path / "gptoss", GPT_OSS)
+    assert rules.resolve(JobSpec(hf_model=hf), rules.CPU_ONLY).attention == "megatron_local"
+    assert names(JobSpec(hf_model=hf, ep=2, nproc=2)) == []
+    assert "sdpa_no_attention_sinks" in names(JobSpec(hf_model=hf, attention="sdpa"))
+    assert {"moe_bias_needs_etp1", "attention_sinks_training_at_tp1"} <= set(names(JobSpec(hf_model=hf, tp=2, sp=True,
+                                                                                          nproc=2)))
+    assert names(JobSpec(hf_model=hf, tp=2, sp=True, etp=1, nproc=2, iters=0)) == []  # a parity check may use TP
+
+
+def test_soft_capped_attention_refuses_context_parallel(tmp_path):
+    gemma2 = {"architectures": ["Gemma2ForCausalLM"], "model_type": "gemma2", "num_hidden_layers": 2, "hidden_size": 64,
+              "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 128,
+              "vocab_size": 512, "hidden_activation": "gelu_pytorch_tanh", "attn_logit_softcapping": 50.0,
+              "tie_word_embeddings": True, "max_position_embeddings": 256}
+    hf = hf_folder(tmp_path / "g2", gemma2)
+    assert "softcap_attention_no_cp" in names(JobSpec(hf_model=hf, cp=2, nproc=2))
+    assert names(JobSpec(hf_model=hf, tp=2, sp=True, nproc=2)) == []

@@ -7,7 +7,7 @@ the Python API alike:
 
   violation.py    Violation (name, message, fix, category)
   environment.py  Environment: what the machine offers (GPUs, FP8 recipes, TE), probed by the launcher
-  resolve.py      device, precision, backend, attention: auto -> what the workers build
+  resolve.py      device, precision, backend, attention, tokenizer, tensorboard: auto -> what the workers build
   fields.py       fields with choices and limits; the model preset (category job)
   layout.py       the parallel sizes against the model and each other (world, tensor, sequence,
                   pipeline, experts, context, batch); Layout.validate runs them with builder.layout

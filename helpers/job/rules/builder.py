@@ -17,7 +17,8 @@ from helpers.job.sizes import ParallelSizes
 # more can be planned, but launching it would silently train a different architecture. An imported
 # model (hf_model) may also have squared ReLU: Megatron-Bridge's provider sets it.
 WORKER_BUILDS = {"activation": {"gelu", "swiglu"}, "normalization": {"LayerNorm", "RMSNorm"}}
-WORKER_BUILDS_FROM_HF = {"activation": {"gelu", "swiglu", "squared_relu"}, "normalization": {"LayerNorm", "RMSNorm"}}
+WORKER_BUILDS_FROM_HF = {"activation": {"gelu", "swiglu", "geglu", "squared_relu"},
+                         "normalization": {"LayerNorm", "RMSNorm"}}
 
 
 def layout(lay: ParallelSizes, model: ModelPreset, devices) -> list[Violation]:
@@ -69,10 +70,25 @@ def job(spec, model: ModelPreset, env: Environment) -> list[Violation]:
     if spec.backend == "local" and spec.attention == "transformer_engine":
         v.add("attention_needs_te", "attention='transformer_engine' is Transformer Engine's attention, which the "
               "local backend does not build", "use attention='auto' (the kit's SDPA attention) or backend='te'")
+    if model.is_moe and model.add_bias_linear and spec.expert_tp != 1:
+        v.add("moe_bias_needs_etp1", f"the experts have biases, which Megatron-Core builds only with expert tensor "
+              f"parallel 1 (etp is {spec.expert_tp}: it defaults to tp)", "set etp=1")
+    if model.attention_sinks and spec.tp > 1 and spec.iters > 0 and spec.backend == "local":
+        v.add("attention_sinks_training_at_tp1", f"training a model with attention sinks and biased experts (GPT-OSS) "
+              f"at tp={spec.tp} on the local backend has not matched one process (measured: the first gradient "
+              "norm 3% off at TP=2+SP, while its logits match transformers' at TP=2)",
+              "train at tp=1 and spread the model with ep, pp or dp (EP=2 trains like one process)")
+    if spec.backend == "local" and model.attention_softcap and spec.cp > 1:
+        v.add("softcap_attention_no_cp", f"the model soft-caps its attention scores (Gemma 2), which the kit's "
+              f"soft-capped attention computes for cp=1 only (cp={spec.cp})", "use cp=1 (spread with tp, pp or dp)")
+    if spec.backend == "local" and spec.attention == "sdpa" and model.attention_sinks:
+        v.add("sdpa_no_attention_sinks", "the model has attention sinks (a learned softmax offset per head), which "
+              "torch SDPA does not compute", "use attention='megatron_local' (or 'auto')")
     if spec.backend == "local" and spec.attention == "megatron_local":
         if spec.cp > 1:
             v.add("megatron_local_attention_no_cp", f"Megatron's local DotProductAttention refuses context "
                   f"parallel (cp={spec.cp}); the kit's context-parallel attention runs on torch SDPA",
+                  "use cp=1: attention sinks need Megatron's attention" if model.attention_sinks else
                   "use attention='sdpa' (or 'auto') with cp > 1")
         if model.multi_latent_attention:
             v.add("megatron_local_attention_no_mla", "Megatron's local DotProductAttention does not take MLA's "

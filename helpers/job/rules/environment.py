@@ -15,9 +15,16 @@ class Environment:
     fp8_note: str = "no GPU"  # GPU 0 in words, and what it runs in FP8 (hardware.Support.message())
     te_installed: bool = False  # `transformer_engine` can be imported
     device_memory_bytes: int | None = None  # GPU 0's memory (the memory plan's launch warning)
+    tensorboard_installed: bool = False  # `tensorboard` can be imported (JobSpec.tensorboard)
 
 
 CPU_ONLY = Environment()
+
+
+def tensorboard_installed() -> bool:
+    """Whether the `tensorboard` package (torch.utils.tensorboard's writer needs it) can be found."""
+    import importlib.util
+    return importlib.util.find_spec("tensorboard") is not None
 
 
 def te_installed() -> bool:

@@ -22,6 +22,9 @@ def check(spec, env: Environment) -> list[Violation]:
         v.add("iters_not_negative", f"iters must be >= 0, not {spec.iters}", "use 0 (evaluate/export only) or more")
     if spec.device == "cuda" and env.cuda_devices == 0:
         v.add("no_cuda_device", "device=cuda but no CUDA device is visible", "use device='cpu' or 'auto'")
+    if spec.tensorboard == "on" and not env.tensorboard_installed:
+        v.add("tensorboard_not_installed", "tensorboard='on' but the tensorboard package is not installed",
+              "pip install tensorboard (pyproject.toml lists it), or tensorboard='off'")
     return v
 
 

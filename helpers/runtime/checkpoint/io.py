@@ -35,8 +35,7 @@ def _write_results_in_process() -> None:
     saves, whose writer runs in another process. The kit saves synchronously
     (`dist_checkpointing.save`): the writer runs in this process and puts its results into the
     queue just before this process takes them out (`execute_sync`, then `retrieve_write_results`),
-    so an in-process queue carries the same results with no extra process. (A 'fork' Manager was
-    tried and reverted: commit 4dfbc64.)"""
+    so an in-process queue carries the same results with no extra process."""
     from megatron.core.dist_checkpointing.strategies import filesystem_async
 
     if filesystem_async._results_queue is None:
