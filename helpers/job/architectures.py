@@ -67,7 +67,7 @@ PIECES = {p.name: p for p in (
           TE_FIX),
     Piece("compressed_attention", "compressed sparse attention, hash-routed experts and hyper-connections "
           "(Megatron-Core's experimental DeepSeek-V4 modules)", TE_FIX),
-    Piece("per_layer_attention", "attention that changes by layer (its own rotary base, head size or KV heads "
+    Piece("per_layer_attention", "attention that changes shape by layer (its own head size or KV heads "
           "in the sliding-window layers)", TE_FIX),
     Piece("attention_sinks", "attention sinks (a learned softmax offset per head), clamped SwiGLU experts", TE_FIX),
     Piece("post_norm", "post-norm layers (norms after attention and the MLP, none before)", TE_FIX),
@@ -93,6 +93,12 @@ PIECES = {p.name: p for p in (
           "bridge reads it, and transformers 5.12.1's HYV3Config does not write it (it lists mlp_layer_types)",
           "add \"first_k_dense_replace\": N to config.json, N = the number of leading \"dense\" entries of "
           "mlp_layer_types", "{}"),
+    Piece("layer_pattern", "layer_types other than five sliding-window layers to one full one: Megatron-Bridge "
+          "0.6.2 builds Gemma 3 with that pattern whatever config.json says",
+          "convert it with a Megatron-Bridge whose Gemma 3 provider reads layer_types, or give the model "
+          "Gemma 3's own pattern", "{}"),
+    Piece("bidirectional_attention", "causal attention: use_bidirectional_attention=true (an embedding model) "
+          "is not a causal LM", "train it with a bidirectional-attention setup, not as a causal LM", "{}"),
     Piece("multi_token_prediction", "multi-token prediction layers (num_nextn_predict_layers > 0)",
           "set num_nextn_predict_layers to 0 in config.json: the main model then trains alone (transformers "
           "ignores those layers too)"),
@@ -148,6 +154,12 @@ SUPPORTED = {
                                    "TP=1, TP=2+SP, PP=2; 5 iterations at TP=2+SP = one process (CP refused: the "
                                    "soft-capped attention is built for cp=1)",
                                    HF_IMPORT_TEST + "[gemma2-*], " + TRAIN_TEST + "[gemma2]"),
+    "Gemma3ForCausalLM": Supported("Gemma 3", "Gemma 2's sandwich norms without soft caps, per-head q/k norms, "
+                                   "five sliding-window layers to one full one, each kind with its own rotary base "
+                                   "(the full one scaled linearly)",
+                                   "TP=1, TP=2+SP, PP=2; 5 iterations at PP=2 and at CP=2 = one process",
+                                   HF_IMPORT_TEST + "[gemma3-*], " + TRAIN_TEST + "[gemma3], "
+                                   "tests/jobs/test_hf_import.py::test_gemma3_trains_at_cp2_like_one_process"),
     "DeepseekV2ForCausalLM": Supported("DeepSeek-V2", "multi-latent attention with and without q-LoRA, shared "
                                        "experts, leading dense layers", "TP=1, TP=2+SP, EP=2, TP=2+SP+EP=2, PP=2",
                                        HF_IMPORT_TEST + "[dsv2*]"),
@@ -162,7 +174,6 @@ REFUSED = {
     "Qwen3_5MoeForCausalLM": Refused("Qwen3.5-MoE", ("linear_attention",)),
     "GlmMoeDsaForCausalLM": Refused("GLM-5", ("sparse_attention",)),
     "DeepseekV4ForCausalLM": Refused("DeepSeek-V4", ("compressed_attention",)),
-    "Gemma3ForCausalLM": Refused("Gemma 3", ("per_layer_attention",)),
     "Gemma4ForCausalLM": Refused("Gemma 4", ("per_layer_attention",)),
     "MiniMaxM2ForCausalLM": Refused("MiniMax-M2", ("unchecked",)),  # full-width q/k norms (OLMoE's), partial rotary
     "Exaone4ForCausalLM": Refused("EXAONE 4", ("post_norm",)),
@@ -182,8 +193,17 @@ REFUSED = {
 }
 # Refusals that depend on the config of a supported architecture: (architectures or None for
 # all, config key, applies to its value, piece).
+def follows_five_to_one(layer_types: list[str] | None) -> bool:
+    """Gemma 3's layer_types as Megatron-Bridge builds them (interleaved_attn_pattern (5, 1), fixed
+    in its provider): every sixth layer full, the others sliding. Absent: transformers' default, the same."""
+    return layer_types is None or layer_types == [
+        "full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(len(layer_types))]
+
+
 CONFIG_REFUSALS = (
     (None, "num_nextn_predict_layers", lambda value: bool(value), "multi_token_prediction"),
+    (("Gemma3ForCausalLM",), "layer_types", lambda value: not follows_five_to_one(value), "layer_pattern"),
+    (("Gemma3ForCausalLM",), "use_bidirectional_attention", lambda value: bool(value), "bidirectional_attention"),
     (("HYV3ForCausalLM",), "first_k_dense_replace", lambda value: value is None, "first_k_dense_replace"),
 )
 

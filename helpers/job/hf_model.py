@@ -19,11 +19,11 @@ from helpers.job.models import ModelPreset
 from helpers.job.rules.violation import Found, Violation
 
 HYBRID_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}  # Megatron's hybrid_layer_pattern
-QK_NORM = ("qwen3", "qwen3_moe", "olmoe", "hy_v3")  # model types with q/k norms (others say use_qk_norm)
+QK_NORM = ("qwen3", "qwen3_moe", "olmoe", "hy_v3", "gemma3_text")  # model types with q/k norms (others say use_qk_norm)
 FULL_WIDTH_QK_NORM = ("olmoe",)  # ... over all heads at once
 QKV_BIAS = ("qwen2",)  # model types with Q/K/V biases (others say attention_bias)
 ALL_BIASES = ("gpt_oss",)  # ... with biases on every linear layer, the router's too
-SANDWICH_NORMS = ("gemma2",)  # ... with norms after attention and after the MLP
+SANDWICH_NORMS = ("gemma2", "gemma3_text")  # ... with norms after attention and after the MLP
 ATTENTION_SINKS = ("gpt_oss",)  # ... with a learned softmax offset per head (Megatron's own attention)
 CONFIG = "config.json"
 WEIGHT_SUFFIXES = (".safetensors",)

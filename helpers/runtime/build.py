@@ -17,7 +17,7 @@ from megatron.core.transformer.module import Float16Module
 
 from helpers.job.models import ModelPreset
 from helpers.job.spec import JobSpec
-from helpers.runtime.layers import fp8_linear
+from helpers.runtime.layers import fp8_linear, local_global_rotary
 from helpers.runtime.layers import specs as layer_specs
 
 
@@ -130,7 +130,8 @@ def gpt_model_options(config: TransformerConfig, model: ModelPreset, seq_len: in
         max_sequence_length=seq_len,
         position_embedding_type=get("position_embedding_type", "rope"),
         rotary_percent=get("rotary_percent", 1.0),
-        rotary_base=get("rotary_base", 10000),
+        rotary_base=local_global_rotary.global_rotary_base(config) if get("local_global_rotary", False)
+        else get("rotary_base", 10000),
         rope_scaling=get("rope_scaling", False),
         rope_scaling_factor=get("rope_scaling_factor", 8.0),
         seq_len_interpolation_factor=get("seq_len_interpolation_factor", None),
@@ -158,6 +159,9 @@ def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
             vp_stage=vp,
             **gpt_model_options(config, model, spec.seq_len),
         ))
+    if getattr(config, "local_global_rotary", False):  # Gemma 3 (set by helpers/runtime/hf/config.py)
+        for chunk in chunks:
+            local_global_rotary.use_in_model(chunk, config)
     if getattr(config, "scale_embedding", False):  # Gemma (set by helpers/runtime/hf/config.py)
         from helpers.runtime.layers import embedding_scale
         for chunk in chunks:

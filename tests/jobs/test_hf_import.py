@@ -9,7 +9,8 @@ random HF models (helpers/launch/tiny_hf.py: every family, norms randomised).
   routing bias, expert groups, shared experts; GLM's partial rotary) at EP=2, OLMoE (q/k norms over
   all heads, split by heads) at TP=2+SP, GPT-OSS (attention sinks, alternating sliding windows,
   biased experts), GLM-4.7-Flash (MLA with sigmoid routing) and Hunyuan V3 at EP=2, Gemma (scaled embeddings on the
-  first stage, tied to the last) at PP=2, Gemma 2 (sandwich norms, soft caps, windows) at TP=2+SP;
+  first stage, tied to the last) at PP=2, Gemma 2 (sandwich norms, soft caps, windows) at TP=2+SP,
+  Gemma 3 (a rotary table per kind of layer, q/k norms) at PP=2 and CP=2;
 * MLA (DeepSeek-V2 with q-LoRA, all layers dense) trains 5 iterations at TP=2 without SP and at
   CP=2 with the losses of one process; the K-RoPE gradient fix (helpers/runtime/layers/mla.py) is what
   makes TP=2 agree;
@@ -43,7 +44,7 @@ CASES = ([dict(family=f, **s) for f in ("llama", "qwen3") for s in DENSE]
          + [dict(family="qwen2", **s) for s in DENSE[:2]] + [dict(family="mistral", **s) for s in (DENSE[0], DENSE[3])]
          + [dict(family=f, **s) for f in ("dsv3", "glm4moe", "glm47flash", "hyv3") for s in MOE[:1] + MOE[2:3]]
          + [dict(family="olmoe", **s) for s in MOE[:3]] + [dict(family="gemma", **s) for s in DENSE[:3]]
-         + [dict(family="gemma2", **s) for s in (DENSE[0], DENSE[3], DENSE[2])]
+         + [dict(family=f, **s) for f in ("gemma2", "gemma3") for s in (DENSE[0], DENSE[3], DENSE[2])]
          + [dict(family="gptoss", **s) for s in (dict(), dict(tp=2, sp=True, etp=1), dict(ep=2))]
          + [dict(family="qwen3moe", **s) for s in MOE + [dict(pp=2)]]
          + [dict(family="dsv2", **s) for s in MOE + [dict(pp=2, first_stage_layers=2, last_stage_layers=1)]]
@@ -71,7 +72,7 @@ def test_logits_equal_transformers_and_export_is_bit_identical(parity, hf, index
 TRAINED = {"qwen2": dict(tp=2), "mistral": dict(cp=2), "dsv3": dict(ep=2), "glm4moe": dict(ep=2),
            "olmoe": dict(tp=2, sp=True), "gptoss": dict(ep=2), "glm47flash": dict(ep=2),
            "hyv3": dict(ep=2), "gemma": dict(pp=2),
-           "gemma2": dict(tp=2, sp=True)}
+           "gemma2": dict(tp=2, sp=True), "gemma3": dict(pp=2)}
 
 
 @pytest.fixture(scope="module")
@@ -109,6 +110,13 @@ def mla_dense(tmp_path_factory):
 def mla_one_process(mla_dense, tmp_path_factory):
     return launch.run(hf_model=mla_dense, out=str(tmp_path_factory.mktemp("one")), save_interval=TRAIN["iters"],
                       **TRAIN)
+
+
+def test_gemma3_trains_at_cp2_like_one_process(trained, hf, runs):
+    """Gemma 3's two rotary tables are both cut to each CP rank's load-balanced chunks, and its
+    windows are taken on global positions (the PP=2 run above checks the layer numbering across stages)."""
+    run = launch.run(hf_model=hf["gemma3"], **{**runs, **TRAIN}, global_batch=4, cp=2, nproc=2)
+    _same_losses(run, trained[("gemma3", False)])
 
 
 def _same_losses(run, ref):

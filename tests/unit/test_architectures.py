@@ -95,3 +95,17 @@ def test_a_vision_model_and_an_unknown_one_are_told_apart(tmp_path):
     unknown = hf_model.problems(folder(tmp_path / "u", {**DENSE, "architectures": ["NoSuchForCausalLM"]}))
     assert [v.name for v in vl] == [v.name for v in unknown] == ["hf_architecture_not_built"]
     assert "vision/audio" in vl[0].message and "not one Megatron-Bridge maps" in unknown[0].message
+
+
+def test_gemma3_outside_bridge_s_layer_pattern_is_refused_by_name(tmp_path):
+    """Megatron-Bridge 0.6.2 builds every Gemma 3 with five sliding-window layers to one full one
+    (its provider's interleaved_attn_pattern), whatever config.json's layer_types say."""
+    bridge_s = ["sliding_attention"] * 5 + ["full_attention"] + ["sliding_attention"] * 2
+    config = {**DENSE, "architectures": ["Gemma3ForCausalLM"], "model_type": "gemma3_text",
+              "num_hidden_layers": 8, "layer_types": bridge_s}
+    assert hf_model.problems(folder(tmp_path / "ok", config)) == []
+    other = ["sliding_attention", "full_attention"] * 4  # Gemma 2's alternation
+    found = hf_model.problems(folder(tmp_path / "alt", {**config, "layer_types": other}))
+    assert [v.name for v in found] == ["hf_missing_layer_pattern"] and "five sliding-window" in found[0].message
+    embedding = hf_model.problems(folder(tmp_path / "bi", {**config, "use_bidirectional_attention": True}))
+    assert [v.name for v in embedding] == ["hf_missing_bidirectional_attention"]

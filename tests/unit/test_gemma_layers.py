@@ -1,10 +1,15 @@
 """Gemma's pieces on the kit's builder against transformers' own Gemma layers on the same input:
 the norm with a (1 + weight) gain (helpers/runtime/layers/norm.py, chosen by
 layernorm_zero_centered_gamma), the embedding scaled by sqrt(hidden)
-(helpers/runtime/layers/embedding_scale.py) and Gemma 2's soft-capped attention
-(helpers/runtime/layers/attention/softcap.py). The sandwich norms inside the output projections
-(layers/post_norm.py) and the final-logit cap (layers/logit_softcap.py) are checked in the whole
-model: tests/jobs/test_hf_import.py (logits = transformers' at TP=1, TP=2+SP, PP=2)."""
+(helpers/runtime/layers/embedding_scale.py), Gemma 2's soft-capped attention
+(helpers/runtime/layers/attention/softcap.py) and final-logit cap (layers/logit_softcap.py), and the
+sandwich norm inside Megatron's row-parallel output projection (layers/post_norm.py, Gemma 2 and 3)
+with its gradients. Whole models: tests/jobs/test_hf_import.py (logits = transformers' at TP=1,
+TP=2+SP, PP=2)."""
+import json
+import subprocess
+import sys
+import textwrap
 from types import SimpleNamespace
 
 import torch
@@ -79,3 +84,87 @@ def test_soft_capped_attention_equals_transformers_gemma2_eager_attention():
         out = SoftcapCoreAttention(config, layer, AttnMaskType.causal)(q, k, v)
         torch.testing.assert_close(out, reference.permute(1, 0, 2, 3).reshape(s, b, -1), rtol=1e-6, atol=1e-6)
 
+
+
+def test_final_logit_cap_equals_transformers_gemma2_logits():
+    """The kit caps the output layer's logits; transformers caps them in Gemma2ForCausalLM.forward.
+    The same final hidden states through both give the same logits, and the cap really acts (the
+    uncapped logits reach beyond it)."""
+    import transformers
+
+    from helpers.launch import tiny_hf
+    from helpers.runtime.layers import logit_softcap
+
+    torch.manual_seed(0)
+    config = tiny_hf.hf_config("gemma2", final_logit_softcapping=0.5)
+    model = transformers.Gemma2ForCausalLM(config).eval()
+    ids = torch.randint(0, config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        hidden = model.model(ids).last_hidden_state
+        reference = model(ids).logits
+
+    class OutputLayer(torch.nn.Module):  # Megatron's output layer returns (logits, bias)
+        def forward(self, h):
+            return torch.nn.functional.linear(h, model.lm_head.weight), None
+
+    chunk = SimpleNamespace(post_process=True, output_layer=OutputLayer())
+    logit_softcap.use_in(chunk, config.final_logit_softcapping)
+    with torch.no_grad():
+        capped, bias = chunk.output_layer(hidden)
+        uncapped = model.lm_head(hidden)
+    assert bias is None and uncapped.abs().max() > 2 * config.final_logit_softcapping
+    torch.testing.assert_close(capped, reference, rtol=1e-6, atol=1e-6)
+    middle_stage = SimpleNamespace(post_process=False, output_layer=None)
+    logit_softcap.use_in(middle_stage, 0.5)  # only the last pipeline stage has an output layer
+
+
+POST_NORM_VS_HF = """
+import json, torch, torch.distributed as dist
+from helpers.runtime.compat import cpu as cpu_compat
+cpu_compat.import_megatron_eagerly()
+cpu_compat.activate()
+from megatron.core import parallel_state as ps
+from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+from megatron.core.transformer import TransformerConfig
+from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+from helpers.runtime.layers.post_norm import RowParallelLinearWithPostNorm
+
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29567", rank=0, world_size=1)
+ps.initialize_model_parallel()
+model_parallel_cuda_manual_seed(0)
+config = TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, use_cpu_initialization=True,
+                           normalization="RMSNorm", layernorm_zero_centered_gamma=True, layernorm_epsilon=1e-6,
+                           gradient_accumulation_fusion=False)
+g = torch.Generator().manual_seed(0)
+o_proj, norm = torch.nn.Linear(128, 64, bias=False), Gemma3RMSNorm(64, eps=1e-6)
+linear = RowParallelLinearWithPostNorm(128, 64, config=config, init_method=torch.nn.init.zeros_, bias=False,
+                                       input_is_parallel=True, skip_bias_add=True)
+with torch.no_grad():
+    o_proj.weight.copy_(0.1 * torch.randn(64, 128, generator=g))
+    norm.weight.copy_(0.3 * torch.randn(64, generator=g))
+    linear.weight.copy_(o_proj.weight)
+    linear.post_layernorm.weight.copy_(norm.weight)  # the checkpoint's post_attention_layernorm, as is
+x = torch.randn(5, 2, 128, generator=g)
+reference = norm(o_proj(x))
+out, bias = linear(x)
+reference.square().sum().backward()
+out.square().sum().backward()
+rel = lambda a, b: float((a - b).abs().max() / b.abs().max())
+print(json.dumps({"bias": bias is None, "out": rel(out, reference),
+                  "weight": rel(linear.weight.grad, o_proj.weight.grad),
+                  "norm": rel(linear.post_layernorm.weight.grad, norm.weight.grad),
+                  "name": [n for n, _ in linear.named_parameters()]}))
+"""
+
+
+def test_sandwich_norm_in_the_output_projection_equals_transformers_o_proj_then_post_norm():
+    """Gemma 3's `post_attention_layernorm(o_proj(x))` (the MLP's down_proj + post_feedforward_layernorm
+    alike) against the kit's RowParallelLinearWithPostNorm in Megatron, forward and gradients."""
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(POST_NORM_VS_HF)], capture_output=True, text=True,
+                          timeout=300, env={"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "PATH": "",
+                                            "PYTHONPATH": ":".join(sys.path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["bias"] is True and got["name"] == ["weight", "post_layernorm.weight"]  # the names Bridge maps
+    for key in ("out", "weight", "norm"):
+        assert got[key] <= 1e-6, (key, got)

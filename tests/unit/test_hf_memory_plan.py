@@ -14,7 +14,8 @@ from helpers.memory.training import Training
 FAMILY_OF = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3moe",
              "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral", "DeepseekV2ForCausalLM": "dsv2",
              "DeepseekV3ForCausalLM": "dsv3", "Glm4MoeForCausalLM": "glm4moe", "OlmoeForCausalLM": "olmoe",
-             "GptOssForCausalLM": "gptoss", "Glm4MoeLiteForCausalLM": "glm47flash", "HYV3ForCausalLM": "hyv3", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "NemotronHForCausalLM": "nemotronh"}
+             "GptOssForCausalLM": "gptoss", "Glm4MoeLiteForCausalLM": "glm47flash", "HYV3ForCausalLM": "hyv3", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
+             "Gemma3ForCausalLM": "gemma3", "NemotronHForCausalLM": "nemotronh"}
 
 
 def test_every_supported_architecture_has_a_tiny_family():

@@ -27,10 +27,12 @@ PROVIDER_OVERRIDES = dict(
 FULL_WIDTH_QK_NORM = ("OlmoeForCausalLM",)
 # Architectures whose embeddings are scaled by sqrt(hidden) (layers/embedding_scale.py): Bridge does it
 # in its Gemma providers' provide(), which the kit does not call.
-SCALED_EMBEDDING = ("GemmaForCausalLM", "Gemma2ForCausalLM")
-# Gemma 2: norms after attention and the MLP (layers/post_norm.py); Bridge's own attention windows
-# the odd layers, which Megatron's window_attn_skip_freq=2 says to the kit's attentions.
-SANDWICH_NORMS = ("Gemma2ForCausalLM",)
+SCALED_EMBEDDING = ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")
+# Gemma 2/3: norms after attention and the MLP (layers/post_norm.py); Bridge's own Gemma 2 attention
+# windows the odd layers, which Megatron's window_attn_skip_freq=2 says to the kit's attentions.
+SANDWICH_NORMS = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
+# Gemma 3: a rotary base per kind of layer, windows on five layers of six (layers/local_global_rotary.py).
+LOCAL_GLOBAL_ROTARY = ("Gemma3ForCausalLM",)
 
 
 def open_bridge(folder: str):
@@ -54,7 +56,7 @@ def provider_config(bridge, spec: JobSpec, on_cpu: bool, bf16: bool):
     from megatron.core.transformer.enums import AttnBackend
 
     from helpers.runtime import build
-    from helpers.runtime.layers import mla
+    from helpers.runtime.layers import local_global_rotary, mla
 
     provider = bridge.to_megatron_provider(load_weights=False)
     overrides = {**build.job_fields(spec, on_cpu, bf16), **PROVIDER_OVERRIDES,
@@ -67,7 +69,9 @@ def provider_config(bridge, spec: JobSpec, on_cpu: bool, bf16: bool):
     provider.qk_norm_full_width = any(a in FULL_WIDTH_QK_NORM for a in architectures)
     provider.scale_embedding = any(a in SCALED_EMBEDDING for a in architectures)
     provider.sandwich_norms = any(a in SANDWICH_NORMS for a in architectures)
-    if provider.sandwich_norms and provider.window_size is not None:
+    if any(a in LOCAL_GLOBAL_ROTARY for a in architectures):
+        local_global_rotary.prepare_config(provider)
+    elif provider.sandwich_norms and provider.window_size is not None:
         provider.window_attn_skip_freq = 2
     if provider.multi_latent_attention:
         mla.prepare_config(provider)

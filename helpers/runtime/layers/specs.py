@@ -5,6 +5,7 @@ Per layer: a dense MLP or experts (`moe_layer_freq`: DeepSeek's leading dense la
 (per head, or over all heads: full_width_qk_norm.py for OLMoE), multi-latent attention. Replaced by the kit:
   * every norm (input, pre-MLP, final, q/k) -> SequenceParallelNorm: the local WrappedTorchNorm
     refuses sequence parallel;
+  * Gemma 3's self-attention -> Megatron-Bridge's Gemma3SelfAttention (local_global_rotary.py);
   * biased experts' down projection -> biased_experts.RowParallelLinearForBiasedExperts (GPT-OSS);
   * MLA's latent norms -> mla.LayerNormColumnParallelLinearForMLA (norm fused into the up
     projection; the local backend has no fused norm-linear), MLA itself -> mla.MLASelfAttentionTP
@@ -24,7 +25,7 @@ from megatron.core.transformer.transformer_block import (
 )
 from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
-from helpers.runtime.layers import biased_experts, fp8_linear, mla, post_norm
+from helpers.runtime.layers import biased_experts, fp8_linear, local_global_rotary, mla, post_norm
 from helpers.runtime.layers.attention.context_parallel import ContextParallelAttention
 from helpers.runtime.layers.attention.core import SDPACoreAttention
 from helpers.runtime.layers.attention.softcap import SoftcapCoreAttention
@@ -74,8 +75,10 @@ def layer_spec(config, moe: bool, attention: str, fp8_recipe: str | None = None)
     elif config.qk_layernorm:
         submodules.q_layernorm = SequenceParallelNorm
         submodules.k_layernorm = SequenceParallelNorm
-    if getattr(config, "sandwich_norms", False) and not moe:  # Gemma 2 (post_norm.py)
+    if getattr(config, "sandwich_norms", False) and not moe:  # Gemma 2/3 (post_norm.py)
         post_norm.use_in(spec)
+    if getattr(config, "local_global_rotary", False):  # Gemma 3 (local_global_rotary.py)
+        local_global_rotary.use_in(spec)
     if moe and config.add_bias_linear:  # GPT-OSS: the experts' in-place bias add (biased_experts.py)
         biased_experts.use_in(spec)
     if fp8_recipe:
