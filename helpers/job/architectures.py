@@ -191,8 +191,8 @@ REFUSED = {
     "ExaoneMoeForCausalLM": Refused("EXAONE MoE", ("router_losses",)),
     "ExaoneMoEForCausalLM": Refused("EXAONE MoE", ("remote_code",)),  # the remote-code spelling Bridge registers too
 }
-# Refusals that depend on the config of a supported architecture: (architectures or None for
-# all, config key, applies to its value, piece).
+
+
 def follows_five_to_one(layer_types: list[str] | None) -> bool:
     """Gemma 3's layer_types as Megatron-Bridge builds them (interleaved_attn_pattern (5, 1), fixed
     in its provider): every sixth layer full, the others sliding. Absent: transformers' default, the same."""
@@ -200,6 +200,8 @@ def follows_five_to_one(layer_types: list[str] | None) -> bool:
         "full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(len(layer_types))]
 
 
+# Refusals that depend on the config of a supported architecture: (architectures or None for
+# all, config key, applies to its value, piece).
 CONFIG_REFUSALS = (
     (None, "num_nextn_predict_layers", lambda value: bool(value), "multi_token_prediction"),
     (("Gemma3ForCausalLM",), "layer_types", lambda value: not follows_five_to_one(value), "layer_pattern"),

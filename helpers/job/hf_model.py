@@ -19,7 +19,8 @@ from helpers.job.models import ModelPreset
 from helpers.job.rules.violation import Found, Violation
 
 HYBRID_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}  # Megatron's hybrid_layer_pattern
-QK_NORM = ("qwen3", "qwen3_moe", "olmoe", "hy_v3", "gemma3_text")  # model types with q/k norms (others say use_qk_norm)
+# model types with q/k norms (others say use_qk_norm)
+QK_NORM = ("qwen3", "qwen3_moe", "olmoe", "hy_v3", "gemma3_text")
 FULL_WIDTH_QK_NORM = ("olmoe",)  # ... over all heads at once
 QKV_BIAS = ("qwen2",)  # model types with Q/K/V biases (others say attention_bias)
 ALL_BIASES = ("gpt_oss",)  # ... with biases on every linear layer, the router's too
