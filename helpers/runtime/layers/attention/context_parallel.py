@@ -29,14 +29,11 @@ class ContextParallelAttention(torch.nn.Module):
 
         if attn_mask_type != AttnMaskType.causal:
             raise ValueError("the kit's context-parallel attention supports causal masks only")
-        from megatron.core.transformer.utils import is_layer_window_attention
-
-        from helpers.runtime.layers.attention.core import window_left
+        from helpers.runtime.layers.attention.core import layer_window
 
         self.cp_group = getattr(pg_collection, "cp", None) or ps.get_context_parallel_group()
         self.scale = softmax_scale or (k_channels or config.kv_channels) ** -0.5
-        self.window = window_left(config, layer_number) if is_layer_window_attention(
-            config.window_size, config.window_attn_skip_freq, max(1, layer_number)) else None
+        self.window = layer_window(config, layer_number)
 
     def _positions(self, rank: int, cp: int, chunk: int, device) -> torch.Tensor:
         """Global sequence positions of the rows a CP rank holds (its two load-balanced chunks)."""

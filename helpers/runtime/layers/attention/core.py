@@ -25,8 +25,6 @@ class SDPACoreAttention(torch.nn.Module):
 
         if config.context_parallel_size > 1:
             raise ValueError("SDPACoreAttention is for cp=1; context parallel uses ContextParallelAttention")
-        from megatron.core.transformer.utils import is_layer_window_attention
-
         if config.softmax_type != "vanilla":
             raise ValueError(f"softmax_type={config.softmax_type!r} needs Megatron's own attention "
                              "(attention='megatron_local')")
@@ -40,8 +38,7 @@ class SDPACoreAttention(torch.nn.Module):
         # softmax: no net change, so nothing to do for it here.)
         self.softmax_scale = softmax_scale if softmax_scale is not None else self.k_channels ** -0.5
         self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
-        self.window = window_left(config, self.layer_number) if is_layer_window_attention(
-            config.window_size, config.window_attn_skip_freq, self.layer_number) else None
+        self.window = layer_window(config, self.layer_number)
 
     def forward(self, query, key, value, attention_mask=None, attn_mask_type=None, attention_bias=None,
                 packed_seq_params=None):
@@ -57,6 +54,17 @@ class SDPACoreAttention(torch.nn.Module):
             with tensor_parallel.get_cuda_rng_tracker().fork():
                 return attend(query, key, value, self.softmax_scale, self.causal, allowed, dropout_p, self.window)
         return attend(query, key, value, self.softmax_scale, self.causal, allowed, dropout_p, self.window)
+
+
+def layer_window(config, layer_number: int) -> int | None:
+    """This layer's causal window (keys at most this far back), or None: Megatron's own rule for
+    which layers `window_attn_skip_freq` windows (layer_number 1-based, global)."""
+    from megatron.core.transformer.utils import is_layer_window_attention
+
+    layer_number = max(1, layer_number)
+    if not is_layer_window_attention(config.window_size, config.window_attn_skip_freq, layer_number):
+        return None
+    return window_left(config, layer_number)
 
 
 def window_left(config, layer_number: int) -> int:

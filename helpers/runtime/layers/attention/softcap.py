@@ -17,18 +17,14 @@ class SoftcapCoreAttention(torch.nn.Module):
                  k_channels: int | None = None, v_channels: int | None = None, cp_comm_type=None,
                  pg_collection=None, **_unused):
         super().__init__()
-        from megatron.core.transformer.utils import is_layer_window_attention
-
-        from helpers.runtime.layers.attention.core import window_left
+        from helpers.runtime.layers.attention.core import layer_window
 
         if config.context_parallel_size > 1:
             raise ValueError("soft-capped attention is built for cp=1 only")
         self.cap = float(config.attn_logit_softcapping)
         scalar = getattr(config, "query_pre_attn_scalar", None) or config.kv_channels
         self.scale = softmax_scale if softmax_scale is not None else scalar ** -0.5
-        layer_number = max(1, layer_number)
-        self.window = window_left(config, layer_number) if is_layer_window_attention(
-            config.window_size, config.window_attn_skip_freq, layer_number) else None
+        self.window = layer_window(config, layer_number)
         self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
 
     def forward(self, query, key, value, attention_mask=None, attn_mask_type=None, attention_bias=None,
