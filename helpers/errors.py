@@ -9,6 +9,7 @@ act on them without matching text. Imports nothing: both sides (notebook and wor
     ├── DataNotFound      data or tokenizer files are not where the job looks
     ├── PreflightError    nodes of a multi-node job do not see the same files
     ├── HFImportError     a Hugging Face model's weights do not fit the built model (.names: the parameters)
+    ├── MegatronRefused   Megatron-LM's or Megatron-Bridge's own checks refuse a command or recipe the kit wrote
     └── JobFailed         a started job failed (.run, .ranks: the root-cause ranks)
         └── JobTimeout    ... by running past its timeout (.ranks: the stalled ones)
 """
@@ -67,6 +68,12 @@ class HFImportError(KitError, RuntimeError):
     def __init__(self, message: str, names: list[str] | None = None):
         super().__init__(message)
         self.names = list(names or [])
+
+
+class MegatronRefused(KitError, ValueError):
+    """Megatron-LM's or Megatron-Bridge's own code refused a command or recipe the kit wrote for a
+    job (helpers/rundir/megatron_lm_check.py, bridge_recipe.py); the message is theirs, with the
+    file or flags it refused."""
 
 
 class ScriptFailed(KitError, RuntimeError):

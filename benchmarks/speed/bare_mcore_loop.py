@@ -64,7 +64,7 @@ def build(cfg: dict):
     params = sum(p.numel() for p in model.parameters())
     model = DistributedDataParallel(config, DistributedDataParallelConfig(grad_reduce_in_fp32=True),
                                     Float16Module(config, model))
-    opt = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=3e-4, weight_decay=0.0, clip_grad=1.0,
+    opt = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=3e-4, weight_decay=0.01, clip_grad=1.0,
                                                  bf16=True, params_dtype=torch.bfloat16), [model])
     if cfg.get("fused_adam"):  # torch's fused Adam kernel on the fp32 main parameters (as the kit on GPU)
         from helpers.runtime.build import use_fused_adam

@@ -11,13 +11,13 @@ against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocatio
      comparison that memorising the small training text does not distort); the planner's peak next
      to the measured one;
   3. recipes on real tensors: layer 0's GEMM operands captured from the bf16 run
-     (KIT_CAPTURE_TENSORS), quantised by every recipe of helpers/precision/recipes.py (MXFP8 emulated).
+     (capture_tensors_at), quantised by every recipe of helpers/precision/recipes.py (MXFP8 emulated).
 
     KIT_DATA_DIR=<folder with wikitext-2-raw-v1/ and tokenizers/gpt2/> \\
     python -m benchmarks.speed.precision --out DIR [--iters 200] [--global-batch 32] [--micro-batch 4]
         [--rowwise-iters 30] [--skip gemm,bf16,tensorwise,delayed,rowwise,recipes] [--merge EARLIER/results.json]
         [--repeat bf16|fp8_delayed]
-        [--profile] [--data-dir CORPUS] [--job-timeout-s 420] [--lr-warmup-iters N --lr-decay cosine]
+        [--profile [full|device]] [--data-dir CORPUS] [--job-timeout-s 420] [--lr-warmup-iters N --lr-decay cosine]
 
 Global batch 32 (8 microbatches) is the GPU-speed benchmark's (benchmarks/speed/throughput.py); 200 of
 its iterations take ~4.5 minutes per precision on an H200, so one 10-minute device call holds one
@@ -29,7 +29,7 @@ machine (each device call may get another GPU; add a short bf16 run to a call fo
 Each training row also has the host/device split of its steps (metrics.jsonl's fwd_bwd_issue_s and
 fwd_bwd_drain_s, medians): a drain near 0 means the host, not the GPU, sets the pace. --profile
 writes torch.profiler tables of each training run's last two iterations (DIR/profile_<run>.txt,
-KIT_TORCH_PROFILE; those two iterations are left out of the step time). --data-dir trains on another
+torch_profile; those two iterations are left out of the step time). --data-dir trains on another
 corpus in WikiText's layout (benchmarks/common/text_corpus.py: WikiText-2's ~0.22M training tokens are
 memorised in 200 iterations at global batch 32 or 64); --lr-warmup-iters/--lr-decay/--min-lr give
 the jobs a learning-rate schedule (default: a constant 3e-4); losses are compared only between
@@ -159,12 +159,7 @@ def quantiser_check(x) -> dict:
 
 def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Path, data_dir: str | None,
           timeout_s: int, schedule: dict, capture: int | None = None, profile: Path | None = None,
-          output_layer: bool = False) -> dict:
-    env = {"NCCL_NVLS_ENABLE": "0"}
-    if capture:
-        env["KIT_CAPTURE_TENSORS"] = str(capture)
-    if profile:
-        env["KIT_TORCH_PROFILE"] = str(profile)
+          output_layer: bool = False, profile_mode: str = "full") -> dict:
     t0 = time.time()
     with GpuSamples() as gpu:
         run = launch.run(model="tiny-gpt", model_overrides=MODEL, seq_len=SEQ, micro_batch=micro, global_batch=gbs,
@@ -172,7 +167,9 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
                          fp8_output_layer=output_layer,
                          data="wikitext", data_dir=data_dir, tokenizer="gpt2", seed_checkpoint=False,
                          out=str(out / "runs"), eval_interval=EVAL_EVERY, progress=False, timeout_s=timeout_s,
-                         env=env)
+                         capture_tensors_at=capture or None, torch_profile=str(profile) if profile else None,
+                         torch_profile_mode=profile_mode,
+                         env={"NCCL_NVLS_ENABLE": "0"})
     timed = run.metrics[WARMUP:len(run.metrics) - (2 if profile else 0)]  # (the profiled two: slower)
     if not timed:
         raise ValueError(f"{iters} iterations leave no timed step after {WARMUP} warm-up ones"
@@ -281,7 +278,9 @@ def main():
     ap.add_argument("--lr-warmup-iters", type=int, default=0, help="JobSpec.lr_warmup_iters")
     ap.add_argument("--lr-decay", default="constant", help="JobSpec.lr_decay")
     ap.add_argument("--min-lr", type=float, default=0.0, help="JobSpec.min_lr")
-    ap.add_argument("--profile", action="store_true", help="torch.profiler tables of each run's last two iterations")
+    ap.add_argument("--profile", nargs="?", const="full", choices=("full", "device"),
+                    help="torch.profiler tables of each run's last two iterations (JobSpec.torch_profile); "
+                         "--profile device: device kernels and launches only (torch_profile_mode)")
     ap.add_argument("--skip", default="", help="comma list of gemm,bf16,tensorwise,delayed,rowwise,delayed_out,"
                     "recipes (delayed_out: delayed with the output layer in FP8 too, JobSpec.fp8_output_layer)")
     ap.add_argument("--merge", type=Path, help="an earlier call's results.json: its entries are kept")
@@ -324,12 +323,13 @@ def main():
     profile = (lambda key: args.out / f"profile_{key}.txt") if args.profile else (lambda key: None)
     if "bf16" not in skip:
         attempt("bf16", train, "bf16", "tensorwise", args.iters, *batches,
-                capture=args.iters // 2 if "recipes" not in skip else None, profile=profile("bf16"))
+                capture=args.iters // 2 if "recipes" not in skip else None, profile=profile("bf16"),
+                profile_mode=args.profile or "full")
     for variant, (recipe, output_layer) in VARIANTS.items():
         iters = args.rowwise_iters if recipe == "rowwise" else args.iters
         if variant not in skip and iters:
             attempt(f"fp8_{variant}", train, "fp8", recipe, iters, *batches, profile=profile(f"fp8_{variant}"),
-                    output_layer=output_layer)
+                    output_layer=output_layer, profile_mode=args.profile or "full")
     if args.repeat:
         precision, recipe = ("bf16", "tensorwise") if args.repeat == "bf16" else ("fp8", "delayed")
         attempt(f"{args.repeat}_repeat", train, precision, recipe, args.iters, *batches)

@@ -9,10 +9,12 @@ papers do (helpers/job/flops.py; the formula is printed) over the device's dense
     python -m benchmarks.speed.throughput --out DIR [--sizes gpt-125m,gpt-1.4b,gpt-7b-l6,moe]
         [--attention sdpa,megatron_local] [--iters 8] [--no-extras]
 
-`--kit-extras SIZES`: the kit's job of those sizes again with KIT_INSTRUMENT=0 and once under
-torch.profiler (its last two steps, OUT/profile_kit_SIZE.txt).
+The kit's job runs with every instrument on (instruments="on": comm log, timeline, router log; on a
+GPU the default is off), the question being what the whole worker costs.
+`--kit-extras SIZES`: the kit's job of those sizes again with instruments="off" and once under
+torch.profiler (torch_profile: its last two steps, OUT/profile_kit_SIZE.txt).
 The last two steps of the bare 1.4B run with SDPA are profiled with torch.profiler
-(OUT/profile_after.txt). Extras (1.4B): the kit without instrumentation (KIT_INSTRUMENT=0), the bare
+(OUT/profile_after.txt). Extras (1.4B): the kit without instruments (instruments="off"), the bare
 loop without the GPU fusions (compiled rotary, bias/dropout/cross-entropy fusions, fused Adam), and
 with Megatron's local attention and no fusions (profiled: OUT/profile_before.txt).
 """
@@ -52,13 +54,14 @@ def model_of(size: str):
     return preset(name).with_(vocab_size=VOCAB, max_seq_len=seq, **fields)
 
 
-def run_kit(size: str, attention: str, iters: int, out: Path, env: dict | None = None) -> dict:
+def run_kit(size: str, attention: str, iters: int, out: Path, **job) -> dict:
+    """The kit's job of this size; `job`: JobSpec fields on top (instruments, torch_profile)."""
     name, fields, seq, mb, gbs = SIZES[size]
     t0 = time.time()
-    run = launch.run(model=name, model_overrides=dict(fields, vocab_size=VOCAB, max_seq_len=seq), seq_len=seq,
-                     micro_batch=mb, global_batch=gbs, iters=iters, lr=3e-4, device="cuda", attention=attention,
-                     seed_checkpoint=False, out=str(out / "runs"), progress=False, timeout_s=500,
-                     env={"NCCL_NVLS_ENABLE": "0", **(env or {})})
+    run = launch.run(**{**dict(model=name, model_overrides=dict(fields, vocab_size=VOCAB, max_seq_len=seq),
+                               seq_len=seq, micro_batch=mb, global_batch=gbs, iters=iters, lr=3e-4, device="cuda",
+                               attention=attention, seed_checkpoint=False, out=str(out / "runs"), progress=False,
+                               timeout_s=500, instruments="on", env={"NCCL_NVLS_ENABLE": "0"}), **job})
     steps = [m["step_time_s"] for m in run.metrics]
     step = statistics.median(steps[WARMUP:] or steps)
     peaks_file = run.path / "device_memory.json"
@@ -139,7 +142,7 @@ def main():
     ap.add_argument("--attention", default="sdpa,megatron_local")
     ap.add_argument("--iters", type=int, default=8)
     ap.add_argument("--no-extras", action="store_true")
-    ap.add_argument("--kit-extras", default="", help="sizes whose kit job also runs with KIT_INSTRUMENT=0 and "
+    ap.add_argument("--kit-extras", default="", help="sizes whose kit job also runs with instruments='off' and "
                     "under torch.profiler (OUT/profile_kit_SIZE.txt)")
     ap.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak; default from the GPU name")
     args = ap.parse_args()
@@ -162,14 +165,14 @@ def main():
             attempt(results, f"bare/{size}/{attention}", run_bare, size, attention, args.iters, profile=profile)
             save()
         if size in args.kit_extras.split(","):
-            attempt(results, f"kit-extra/{size}/sdpa, KIT_INSTRUMENT=0", run_kit, size, "sdpa", args.iters,
-                    args.out, env={"KIT_INSTRUMENT": "0"})
+            attempt(results, f"kit-extra/{size}/sdpa, instruments=off", run_kit, size, "sdpa", args.iters,
+                    args.out, instruments="off")
             attempt(results, f"kit-extra/{size}/sdpa, under torch.profiler", run_kit, size, "sdpa", args.iters,
-                    args.out, env={"KIT_TORCH_PROFILE": str(args.out / f"profile_kit_{size}.txt")})
+                    args.out, torch_profile=str(args.out / f"profile_kit_{size}.txt"))
             save()
         if size == "gpt-1.4b" and not args.no_extras:
-            attempt(results, f"kit-extra/{size}/sdpa, KIT_INSTRUMENT=0", run_kit, size, "sdpa", args.iters,
-                    args.out, env={"KIT_INSTRUMENT": "0"})
+            attempt(results, f"kit-extra/{size}/sdpa, instruments=off", run_kit, size, "sdpa", args.iters,
+                    args.out, instruments="off")
             attempt(results, f"bare-extra/{size}/sdpa, no fusions, foreach Adam", run_bare, size, "sdpa",
                     args.iters, fusions=False)
             attempt(results, f"bare-extra/{size}/megatron_local, no fusions, foreach Adam (before)", run_bare,

@@ -8,4 +8,5 @@ import time):
   data/             what a job trains on: sources, formats, tokenizers, chat examples
   checkpoint_dir.py checkpoint folders on disk   paths.py          where the kit keeps things
   flops.py          training FLOPs per token     import_phase.py   heavy imports, collector paused
+  faults.py         failures a job injects on purpose (JobSpec.faults): kinds and KIND@ITERATION[:rankN]
 (import_phase is here, where both sides may import it: the ranks' and torchrun's imports.)"""

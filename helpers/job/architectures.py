@@ -7,13 +7,16 @@ The list of architectures is read from the installed Megatron-Bridge itself: eve
 parsed with `ast` (no import: Bridge's full import takes ~9 s and needs the TE stand-in). tests/unit/test_hf_model.py
 checks that this equals Bridge's live registry (`AutoBridge.list_supported_models()`), that every
 text-only architecture found has exactly one outcome here, and that docs/architectures.md is
-`markdown()`. `python -m helpers --list-architectures` prints the same table."""
+`markdown()`. `python -m helpers --list-architectures` prints the same table. Which family each
+architecture is, and what is missing for a refused one: its record in helpers/job/families.py."""
 from __future__ import annotations
 
 import ast
 import functools
 import importlib.metadata
 from dataclasses import dataclass
+
+from helpers.job import families
 
 BRIDGE = "megatron-bridge"
 SOURCES = "megatron/bridge/"
@@ -41,6 +44,7 @@ class Supported:
     exercises: str  # what the tiny model exercises in the kit's builder
     layouts: str  # the layouts its logits are checked at
     test: str  # where: test file (::function)
+    configs: str = ""  # its rotary kinds and the config.json values refused for it
 
 
 @dataclass(frozen=True)
@@ -81,14 +85,19 @@ PIECES = {p.name: p for p in (
           "{}"),
     Piece("unchecked", "a parity check: this combination of layers has not been held to transformers' logits "
           "on the kit's builder",
-          "add a tiny random model of it to helpers/launch/tiny_hf.py and its layouts to the parity job "
-          "(tests/jobs/test_hf_import.py), then list it as supported in helpers/job/architectures.py",
+          "give its record in helpers/job/families.py what the kit's builder adds for it, a tiny random model "
+          "and the layouts the parity job (tests/jobs/test_hf_import.py) checks it at, and no missing pieces",
           "{}"),
-    Piece("router_losses", "training that matches one process: a tiny model whose logits match transformers' at "
-          "TP=1 and EP=2 gave other losses at EP=2 than in one process from the second iteration on (4e-5), "
-          "not yet explained; what it adds to the supported MoE families is its router as Megatron-Bridge sets "
-          "it (global aux loss, z-loss, routing-bias updates)",
-          "check it on one process first, or convert it with Megatron-Bridge on Transformer Engine", "{}"),
+    Piece("router_losses", "training that matches one process: Megatron-Bridge 0.6.2 gives its router Megatron's "
+          "global_aux_loss (coefficient 1e-2), whose gradient depends on the layout. Each rank's auxiliary loss is "
+          "its own tokens' share of one loss over the expert loads summed across data-parallel ranks, and DDP then "
+          "averages the ranks' gradients, so the auxiliary gradient shrinks as 1/DP (measured on a tiny model: one "
+          "process with one microbatch and half the coefficient trains like EP=2 at DP=2, to 1.6e-7); and within an iteration each "
+          "microbatch sees the loads of the microbatches so far, so the microbatch split changes it too. Its logits "
+          "and language-model gradients equal transformers' at TP=1 and EP=2 (1.8e-6), and without that loss EP=2 "
+          "trains like one process (1.6e-7)",
+          "convert and train it with Megatron-Bridge, choosing moe_aux_loss_coeff for the data-parallel size and "
+          "microbatches you train with", "{}"),
     Piece("first_k_dense_replace", "first_k_dense_replace in config.json: Megatron-Bridge 0.6.2's Hunyuan V3 "
           "bridge reads it, and transformers 5.12.1's HYV3Config does not write it (it lists mlp_layer_types)",
           "add \"first_k_dense_replace\": N to config.json, N = the number of leading \"dense\" entries of "
@@ -99,115 +108,68 @@ PIECES = {p.name: p for p in (
           "Gemma 3's own pattern", "{}"),
     Piece("bidirectional_attention", "causal attention: use_bidirectional_attention=true (an embedding model) "
           "is not a causal LM", "train it with a bidirectional-attention setup, not as a causal LM", "{}"),
+    Piece("tied_embeddings", "tie_word_embeddings=true: Megatron-Bridge 0.6.2 builds this family's output layer "
+          "apart from the input embedding whatever config.json says, and looks for lm_head.weight",
+          "save the model untied (tie_word_embeddings=false, lm_head.weight a copy of the embedding): the same "
+          "model, trained with its own output layer", "{}"),
+    Piece("untied_embeddings", "tie_word_embeddings=false: Megatron-Bridge 0.6.2 ties this family's output layer to "
+          "the input embedding whatever config.json says, and would drop lm_head.weight",
+          "convert it with a Megatron-Bridge whose provider reads tie_word_embeddings, or tie them if "
+          "lm_head.weight equals the embedding", "{}"),
+    Piece("attention_bias", "attention_bias=true: Megatron-Bridge 0.6.2 maps no attention bias for this family (the "
+          "kit would build the model without them, or fail to load them)",
+          "convert it with a Megatron-Bridge that maps this family's attention biases", "{}"),
+    Piece("no_attention_bias", "attention_bias=false: Megatron-Bridge 0.6.2 builds this family's attention with "
+          "biases whatever config.json says", "use a checkpoint with attention biases (GPT-OSS's own have them)",
+          "{}"),
+    Piece("mlp_bias", "mlp_bias=true: Megatron-Bridge 0.6.2 maps no MLP bias for this family",
+          "convert it with a Megatron-Bridge that maps this family's MLP biases", "{}"),
+    Piece("no_shared_experts", "routed experts without a shared one (0 shared experts): Megatron-Bridge 0.6.2 "
+          "sizes this family's shared expert as moe_intermediate_size x 0, which Megatron-Core refuses (or "
+          "loads as a shape mismatch)",
+          "convert it with a Megatron-Bridge whose provider leaves the shared expert out when there is none",
+          "{}"),
+    Piece("sparse_layer_pattern", "MoE layers in a pattern Megatron-Bridge 0.6.2 does not read for this family "
+          "(mlp_only_layers, decoder_sparse_step other than 1, or a dense layer after a sparse one in "
+          "mlp_layer_types): it builds every layer, or every layer after the leading dense ones, as MoE",
+          "convert it with a Megatron-Bridge that reads the family's layer pattern", "{}"),
+    Piece("dense_layer_count", "first_k_dense_replace that disagrees with mlp_layer_types: Megatron-Bridge 0.6.2 "
+          "builds first_k_dense_replace leading dense layers (GLM-4.7-Flash: 1 when absent), transformers the "
+          "dense layers mlp_layer_types lists",
+          "set \"first_k_dense_replace\" in config.json to the number of leading \"dense\" entries of "
+          "mlp_layer_types", "{}"),
+    Piece("rope_scaling", "this rotary scaling (rope_type and its values in rope_parameters or rope_scaling): the "
+          "kit builds, as transformers computes them, only the kinds and values docs/architectures.md lists for "
+          "this family (dynamic NTK scaling for none: it changes the frequencies with the sequence length)",
+          "convert it with Megatron-Bridge on Transformer Engine, checking its logits against transformers'", "{}"),
     Piece("multi_token_prediction", "multi-token prediction layers (num_nextn_predict_layers > 0)",
           "set num_nextn_predict_layers to 0 in config.json: the main model then trains alone (transformers "
           "ignores those layers too)"),
 )}
 
 REFUSAL_TEST = "tests/unit/test_architectures.py::test_refused_before_start"
-TRAIN_TEST = "tests/jobs/test_hf_import.py::test_family_trains_at_its_layout_like_one_process"
-HF_IMPORT_TEST = "tests/jobs/test_hf_import.py::test_logits_equal_transformers_and_export_is_bit_identical"
-SUPPORTED = {
-    "LlamaForCausalLM": Supported("Llama", "GQA, SwiGLU, rotary base", "TP=1, TP=2, PP=2, TP=2+SP",
-                                  HF_IMPORT_TEST + "[llama-*]"),
-    "Qwen3ForCausalLM": Supported("Qwen3", "qk-norm, head_dim != hidden/heads, tied embeddings",
-                                  "TP=1, TP=2, PP=2, TP=2+SP", HF_IMPORT_TEST + "[qwen3-*]"),
-    "Qwen3MoeForCausalLM": Supported("Qwen3-MoE", "routed experts (softmax top-k), qk-norm",
-                                     "TP=1, TP=2+SP, EP=2, TP=2+SP+EP=2, PP=2", HF_IMPORT_TEST + "[qwen3moe-*]"),
-    "Qwen2ForCausalLM": Supported("Qwen2 / Qwen2.5", "biases on the Q, K and V projections, GQA",
-                                  "TP=1, TP=2; 5 iterations at TP=2 = one process",
-                                  HF_IMPORT_TEST + "[qwen2-*], " + TRAIN_TEST + "[qwen2]"),
-    "MistralForCausalLM": Supported("Mistral", "sliding-window attention (window 8 of 32 tokens), GQA",
-                                    "TP=1, TP=2+SP; 5 iterations at CP=2 = one process",
-                                    HF_IMPORT_TEST + "[mistral-*], " + TRAIN_TEST + "[mistral]"),
-    "DeepseekV3ForCausalLM": Supported("DeepSeek-V3", "MLA, sigmoid routing with a routing bias and expert "
-                                       "groups, scaled weights, shared experts",
-                                       "TP=1, EP=2; 5 iterations at EP=2 = one process",
-                                       HF_IMPORT_TEST + "[dsv3-*], " + TRAIN_TEST + "[dsv3]"),
-    "Glm4MoeForCausalLM": Supported("GLM-4.5 (MoE)", "partial rotary, QKV biases, sigmoid routing with a bias, "
-                                    "shared experts (SequentialMLP twins of its grouped-expert mappings)",
-                                    "TP=1, EP=2; 5 iterations at EP=2 = one process",
-                                    HF_IMPORT_TEST + "[glm4moe-*], " + TRAIN_TEST + "[glm4moe]"),
-    "OlmoeForCausalLM": Supported("OLMoE", "q/k norms over all heads at once (split by heads over TP), "
-                                  "softmax-routed experts",
-                                  "TP=1, TP=2+SP, EP=2; 5 iterations at TP=2+SP = one process",
-                                  HF_IMPORT_TEST + "[olmoe-*], " + TRAIN_TEST + "[olmoe]"),
-    "GptOssForCausalLM": Supported("GPT-OSS", "attention sinks (Megatron's own local attention), sliding-window "
-                                   "layers alternating with full ones, YaRN rotary, biases everywhere, clamped "
-                                   "SwiGLU experts with a router bias",
-                                   "TP=1, TP=2+SP, EP=2; 5 iterations at EP=2 = one process (training at TP>1 is "
-                                   "refused: its gradients do not match yet)",
-                                   HF_IMPORT_TEST + "[gptoss-*], " + TRAIN_TEST + "[gptoss]"),
-    "Glm4MoeLiteForCausalLM": Supported("GLM-4.7-Flash", "MLA with sigmoid routing and a routing bias, shared "
-                                        "experts, dense layers listed in mlp_layer_types",
-                                        "TP=1, EP=2; 5 iterations at EP=2 = one process",
-                                        HF_IMPORT_TEST + "[glm47flash-*], " + TRAIN_TEST + "[glm47flash]"),
-    "HYV3ForCausalLM": Supported("Hunyuan V3", "qk-norm, sigmoid routing with a routing bias and scaled weights, "
-                                 "a shared expert, leading dense layers (first_k_dense_replace in config.json)",
-                                 "TP=1, EP=2; 5 iterations at EP=2 = one process",
-                                 HF_IMPORT_TEST + "[hyv3-*], " + TRAIN_TEST + "[hyv3]"),
-    "GemmaForCausalLM": Supported("Gemma", "norms with a (1 + weight) gain, embeddings x sqrt(hidden), GeGLU, one "
-                                  "KV head, tied embeddings", "TP=1, TP=2, PP=2; 5 iterations at PP=2 = one process",
-                                  HF_IMPORT_TEST + "[gemma-*], " + TRAIN_TEST + "[gemma]"),
-    "Gemma2ForCausalLM": Supported("Gemma 2", "Gemma's layers plus sandwich norms, soft-capped attention scores and "
-                                   "final logits, query_pre_attn_scalar, sliding windows on every other layer",
-                                   "TP=1, TP=2+SP, PP=2; 5 iterations at TP=2+SP = one process (CP refused: the "
-                                   "soft-capped attention is built for cp=1)",
-                                   HF_IMPORT_TEST + "[gemma2-*], " + TRAIN_TEST + "[gemma2]"),
-    "Gemma3ForCausalLM": Supported("Gemma 3", "Gemma 2's sandwich norms without soft caps, per-head q/k norms, "
-                                   "five sliding-window layers to one full one, each kind with its own rotary base "
-                                   "(the full one scaled linearly)",
-                                   "TP=1, TP=2+SP, PP=2; 5 iterations at PP=2 and at CP=2 = one process",
-                                   HF_IMPORT_TEST + "[gemma3-*], " + TRAIN_TEST + "[gemma3], "
-                                   "tests/jobs/test_hf_import.py::test_gemma3_trains_at_cp2_like_one_process"),
-    "DeepseekV2ForCausalLM": Supported("DeepSeek-V2", "multi-latent attention with and without q-LoRA, shared "
-                                       "experts, leading dense layers", "TP=1, TP=2+SP, EP=2, TP=2+SP+EP=2, PP=2",
-                                       HF_IMPORT_TEST + "[dsv2*]"),
-    "NemotronHForCausalLM": Supported("Nemotron-H", "Mamba2/attention/MoE hybrid by layer pattern, squared-ReLU "
-                                      "experts, sigmoid routing", "TP=1, TP=2+SP, PP=2, EP=2, CP=2",
-                                      "tests/jobs/test_hybrid.py::test_logits_equal_transformers_and_export_is_"
-                                      "bit_identical"),
-}
-REFUSED = {
-    "Qwen3NextForCausalLM": Refused("Qwen3-Next", ("linear_attention",)),
-    "Qwen3_5ForCausalLM": Refused("Qwen3.5", ("linear_attention",)),
-    "Qwen3_5MoeForCausalLM": Refused("Qwen3.5-MoE", ("linear_attention",)),
-    "GlmMoeDsaForCausalLM": Refused("GLM-5", ("sparse_attention",)),
-    "DeepseekV4ForCausalLM": Refused("DeepSeek-V4", ("compressed_attention",)),
-    "Gemma4ForCausalLM": Refused("Gemma 4", ("per_layer_attention",)),
-    "MiniMaxM2ForCausalLM": Refused("MiniMax-M2", ("unchecked",)),  # full-width q/k norms (OLMoE's), partial rotary
-    "Exaone4ForCausalLM": Refused("EXAONE 4", ("post_norm",)),
-    "NemotronForCausalLM": Refused("Nemotron (3/4)", ("layernorm_1p",)),
-    "DeciLMForCausalLM": Refused("Llama-Nemotron (DeciLM)", ("heterogeneous_layers", "remote_code")),
-    "FalconH1ForCausalLM": Refused("Falcon-H1", ("parallel_hybrid",)),
-    "Step3p5ForCausalLM": Refused("Step-3.5", ("remote_code",)),
-    "SarvamMoEForCausalLM": Refused("Sarvam-MoE", ("remote_code",)),
-    "SarvamMLAForCausalLM": Refused("Sarvam-MLA", ("remote_code",)),
-    "BailingMoeV2ForCausalLM": Refused("Ling/Bailing MoE 2", ("remote_code",)),
-    "KimiK2ForCausalLM": Refused("Kimi-K2", ("remote_code",)),
-    "MiMoForCausalLM": Refused("MiMo", ("remote_code",)),
-    "MiMoV2FlashForCausalLM": Refused("MiMo-V2-Flash", ("remote_code", "per_layer_attention", "attention_sinks")),
-    "Ernie4_5_MoeForCausalLM": Refused("ERNIE 4.5 (MoE)", ("unchecked",)),
-    "ExaoneMoeForCausalLM": Refused("EXAONE MoE", ("router_losses",)),
-    "ExaoneMoEForCausalLM": Refused("EXAONE MoE", ("remote_code",)),  # the remote-code spelling Bridge registers too
-}
 
 
-def follows_five_to_one(layer_types: list[str] | None) -> bool:
-    """Gemma 3's layer_types as Megatron-Bridge builds them (interleaved_attn_pattern (5, 1), fixed
-    in its provider): every sixth layer full, the others sliding. Absent: transformers' default, the same."""
-    return layer_types is None or layer_types == [
-        "full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(len(layer_types))]
-
+def configs(family: families.Family) -> str:
+    """A supported family's rotary kinds and refused config.json values, as its row says them."""
+    def values(required: dict) -> str:
+        said = ", ".join(f"no {key}" if value == families.ABSENT else f"{key} {value}" for key, value in required.items())
+        return f" ({said})" if said else ""
+    kinds = "" if family.hybrid else "rotary: " + ", ".join(k + values(v) for k, v in family.rope_kinds.items())
+    refused = "; ".join(dict.fromkeys(r.says for r in family.config_refusals))
+    return "; ".join(x for x in (kinds, f"refused: {refused}" if refused else "") if x)
+# Every family's outcome, from its record (helpers/job/families.py)
+SUPPORTED = {a: Supported(f.name, f.exercises, f.layouts, f.test, configs(f))
+             for f in families.FAMILIES if f.supported for a in f.architectures}
+REFUSED = {a: Refused(f.name, f.missing) for f in families.FAMILIES if not f.supported for a in f.architectures}
 
 # Refusals that depend on the config of a supported architecture: (architectures or None for
-# all, config key, applies to its value, piece).
-CONFIG_REFUSALS = (
-    (None, "num_nextn_predict_layers", lambda value: bool(value), "multi_token_prediction"),
-    (("Gemma3ForCausalLM",), "layer_types", lambda value: not follows_five_to_one(value), "layer_pattern"),
-    (("Gemma3ForCausalLM",), "use_bidirectional_attention", lambda value: bool(value), "bidirectional_attention"),
-    (("HYV3ForCausalLM",), "first_k_dense_replace", lambda value: value is None, "first_k_dense_replace"),
-)
+# all, config key (None: the whole config), applies to its value, piece); a family's own are in
+# its record, its rotary scaling kinds too.
+CONFIG_REFUSALS = ((None, "num_nextn_predict_layers", lambda value: bool(value), "multi_token_prediction"),) + tuple(
+    (f.architectures, r.key, r.applies, r.piece) for f in families.FAMILIES for r in f.config_refusals) + tuple(
+    (f.architectures, None, families.rope_outside(f.rope_kinds), "rope_scaling") for f in families.FAMILIES
+    if f.supported)
 
 
 def _source_name(node: ast.expr, constants: dict[str, str]) -> str | None:
@@ -269,8 +231,9 @@ def refusal(architecture: str, config: dict | None = None) -> list[Piece]:
         return [PIECES[p] for p in REFUSED[architecture].pieces]
     if architecture not in SUPPORTED:
         return [PIECES["unchecked"]]  # registered by a newer Bridge than this table knows
+    config = config or {}
     return [PIECES[piece] for archs, key, applies, piece in CONFIG_REFUSALS
-            if (archs is None or architecture in archs) and applies((config or {}).get(key))]
+            if (archs is None or architecture in archs) and applies(config if key is None else config.get(key))]
 
 
 @dataclass(frozen=True)
@@ -288,8 +251,8 @@ def table() -> list[Row]:
     for arch in text_architectures():
         if arch in SUPPORTED:
             s = SUPPORTED[arch]
-            rows.append(Row(arch, s.family, "supported", f"{s.exercises}; logits = transformers' at {s.layouts}",
-                            s.test))
+            rows.append(Row(arch, s.family, "supported", f"{s.exercises}; logits = transformers' at {s.layouts}"
+                            + (f"; {s.configs}" if s.configs else ""), s.test))
         else:
             pieces = refusal(arch)
             family = REFUSED[arch].family if arch in REFUSED else "?"
@@ -308,8 +271,8 @@ def markdown() -> str:
         "",
         f"Every text-only causal-LM architecture Megatron-Bridge {version} registers, and what the kit does "
         f"with it: {supported} supported, {len(rows) - supported} refused before start with the missing piece "
-        "named. Generated by `python -m helpers --list-architectures` from Bridge's registry and "
-        "`helpers/job/architectures.py`; a unit test keeps this page equal to it.",
+        "named. Generated by `python -m helpers --list-architectures` from Bridge's registry, "
+        "`helpers/job/families.py` and `helpers/job/architectures.py`; a unit test keeps this page equal to it.",
         "",
         "| architecture | family | outcome | exercised / missing | checked by |",
         "|---|---|---|---|---|",

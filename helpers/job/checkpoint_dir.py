@@ -2,32 +2,47 @@
 process loads it, describe what each file holds. Pure Python (no torch.distributed): the runner
 calls `verify` before it starts a job, every worker calls it again on its own node.
 
-A training checkpoint (helpers/runtime/checkpoint/ writes it) looks like
-    checkpoints/latest                 "iter_0000004": written last, atomically, by rank 0
+A training checkpoint (helpers/runtime/checkpoint/ writes it) is laid out as Megatron-LM and
+Megatron-Bridge lay out theirs, so their loaders take it as it is:
+    checkpoints/latest_checkpointed_iteration.txt   "4": Megatron-LM's tracker, written last, atomically, by rank 0
+    checkpoints/latest_train_state.pt               Megatron-Bridge's tracker: iter_0000004's train_state.pt
     checkpoints/iter_0000004/
         metadata.json                  Megatron: backend (torch_dist) and format version
         .metadata                      torch.distributed.checkpoint: where each tensor shard lives
-        __<rank>_0.distcp              the bytes each rank wrote (model, optimizer, RNG shards)
-        common.pt                      rank 0's non-sharded state (iteration, ...), when present
+        __<rank>_0.distcp              the bytes each rank wrote (model, optimizer, RNG shards, and the
+                                       common state Megatron-LM keeps: `args`, `iteration`, `checkpoint_version`)
         integrity.json                 Megatron: SHA-256 of every file above
-        kit_checkpoint.json            the kit: iteration, layout, model, optimizer kind, eval loss
+        kit_checkpoint.json            the kit: iteration, layout, model, optimizer kind, eval loss, and
+                                       the SHA-256 of the two files below
+        run_config.yaml                Megatron-Bridge: the run as a ConfigContainer (model provider, layout, ...)
+        train_state.pt                 Megatron-Bridge: step and consumed samples
         kit_node<N>.json               multi-node jobs: the files node N wrote, with SHA-256
 
+A checkpoint Megatron-Bridge or Megatron-LM wrote (no kit record) is accepted as well: complete when
+its tracker names it or it holds run_config.yaml (both are written after every shard), and checked
+against the job's model from run_config.yaml when it has one.
+
 With node-local save folders (each node writes only its own ranks' shards; node 0 also holds the
-index, Megatron's integrity file, the kit's record and `latest`), no node holds a loadable
+index, Megatron's integrity file, the kit's record and the trackers), no node holds a loadable
 checkpoint. `consolidate` gathers the nodes' folders into complete ones, checking every file
 against the manifest of the node that wrote it, and `verify` then accepts them.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from helpers.errors import CheckpointError
+from helpers.job import paths
 from helpers.job.paths import sha256
 
-TRACKER = "latest"
+TRACKER = "latest_checkpointed_iteration.txt"  # Megatron-LM's: the iteration number (or "release")
+BRIDGE_TRACKER = "latest_train_state.pt"  # Megatron-Bridge's: a copy of the latest train_state.pt
+RUN_CONFIG = "run_config.yaml"  # Megatron-Bridge's ConfigContainer of the run that saved
+TRAIN_STATE = "train_state.pt"  # Megatron-Bridge's TrainState (step, consumed samples) as tensors
 KIT_FILE = "kit_checkpoint.json"
 INTEGRITY_FILE = "integrity.json"  # Megatron's dist_checkpointing.save(verify_integrity=True)
 SEED_MARKER = "kit_complete"  # seed checkpoints (model only) end with this file
@@ -36,13 +51,36 @@ NODE_FILE = "kit_node{}.json"  # one per node of a multi-node job: {"node", "fil
 WHAT = {  # file name (or prefix) -> what it holds, for describe()
     "metadata.json": "Megatron dist_checkpointing: backend and version (readable without torch)",
     ".metadata": "torch.distributed.checkpoint index: every tensor's global shape and which file holds each shard",
-    "common.pt": "non-sharded state saved once by rank 0",
+    "common.pt": "non-sharded state saved once by rank 0 (older Megatron-Core versions)",
     INTEGRITY_FILE: "SHA-256 of every other file (written by rank 0 after all ranks finished)",
     KIT_FILE: "kit record: iteration, layout, model, optimizer kind, data position, eval loss",
     SEED_MARKER: "seed checkpoint complete marker",
     "kit_node": "multi-node: the files one node wrote, with SHA-256 (consolidate checks them)",
-    "__": "tensor shards written by one rank (model weights, optimizer moments, RNG states)",
+    "__": "tensor shards written by one rank (model weights, optimizer moments, RNG states, common state)",
+    RUN_CONFIG: "Megatron-Bridge's run config (ConfigContainer as YAML): the model provider Bridge rebuilds, layout",
+    TRAIN_STATE: "Megatron-Bridge's train state: step, consumed samples, floating-point operations",
+    "tokenizer": "Megatron-Bridge: the tokenizer's files",
 }
+
+
+def seed_path(spec, model) -> Path:
+    """Where the cached world-size-1 seed checkpoint of this model, seed and weight precision lives
+    (helpers/launch/runner.seed_checkpoint builds it on first use), one per Megatron-Core version:
+    decided before start, so the spec the rules check already names it. fp8 jobs keep bf16 weights:
+    bf16's seed, the same start."""
+    try:
+        megatron = version("megatron-core")
+    except PackageNotFoundError:
+        megatron = None
+    weights = seed_weights(spec)
+    key = json.dumps([model.to_dict(), spec.seed, weights, megatron], sort_keys=True)
+    return paths.cache_dir() / "seed-checkpoints" / \
+        f"{model.name}-seed{spec.seed}-{weights}-{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+
+
+def seed_weights(spec) -> str:
+    """The precision of the seed checkpoint's weights: the job's, bf16 for an fp8 job."""
+    return "bf16" if spec.bf16 else spec.precision
 
 
 def iter_name(iteration: int) -> str:
@@ -50,15 +88,30 @@ def iter_name(iteration: int) -> str:
 
 
 def latest(root) -> Path | None:
-    """The checkpoint `root/latest` points to, or None when there is no tracker."""
+    """The checkpoint the tracker in `root` names (Megatron-LM's `latest_checkpointed_iteration.txt`:
+    an iteration number, or `release`), or None when there is no tracker."""
     tracker = Path(root) / TRACKER
     if not tracker.is_file():
         return None
-    return Path(root) / tracker.read_text().strip()
+    text = tracker.read_text().strip()
+    if text == "release":
+        return Path(root) / "release"
+    if not text.isdigit():
+        raise CheckpointError(f"{tracker} holds {text[:40]!r}, not an iteration number. Fix: write the number of "
+                              f"the latest complete iter_* folder into it (e.g. 4 for iter_0000004), or point "
+                              f"load_dir at an iter_* folder.", "corrupt")
+    return Path(root) / iter_name(int(text))
+
+
+def write_tracker(root, iteration: int) -> None:
+    """Point Megatron-LM's tracker in `root` at iter_<iteration> (atomic: readers see the old or the new)."""
+    tmp = Path(root) / f".{TRACKER}.tmp"
+    tmp.write_text(f"{iteration}\n")
+    tmp.replace(Path(root) / TRACKER)
 
 
 def resolve(path) -> Path:
-    """A checkpoint root (with `latest`) or one iter_* directory -> the directory to load."""
+    """A checkpoint root (with Megatron-LM's tracker) or one iter_* directory -> the directory to load."""
     path = Path(path)
     if (path / TRACKER).is_file():
         return latest(path)
@@ -95,22 +148,23 @@ def verify(path, model: dict | None = None, hashes: bool = True) -> dict:
         raise CheckpointError(f"checkpoint {ckpt} does not exist. Fix: point load_dir at an existing iter_* "
                               f"checkpoint or at a checkpoints/ folder with `{TRACKER}`.")
     if not (ckpt / KIT_FILE).is_file():
+        if (ckpt / RUN_CONFIG).is_file() or latest(ckpt.parent) == ckpt:
+            return _verify_theirs(ckpt, model, hashes, fix_partial)
         raise CheckpointError(f"checkpoint {ckpt} is partial: no {KIT_FILE}, which the kit writes only after "
                               f"every rank finished saving (the save was interrupted). {fix_partial}", "partial")
     try:
         info = json.loads((ckpt / KIT_FILE).read_text())
         json.loads((ckpt / "metadata.json").read_text())
-        integrity = json.loads((ckpt / INTEGRITY_FILE).read_text())["files"]
+        # Megatron's integrity file covers what dist_checkpointing wrote; the kit's record, the
+        # files rank 0 writes after it (run_config.yaml, train_state.pt)
+        integrity = {**info.get("files", {}), **json.loads((ckpt / INTEGRITY_FILE).read_text())["files"]}
     except FileNotFoundError as e:
         raise CheckpointError(f"checkpoint {ckpt} is partial: {Path(e.filename).name} is missing. "
                               f"{fix_partial}", "partial") from None
     except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as e:
         raise CheckpointError(f"checkpoint {ckpt} is corrupt: a metadata file does not parse ({e}). "
                               f"{fix_partial}", "corrupt") from None
-    missing = [f for f in integrity if not (ckpt / f).is_file()]
-    if missing:
-        raise CheckpointError(f"checkpoint {ckpt} is partial: {len(missing)} of {len(integrity)} files are "
-                              f"missing ({', '.join(missing[:4])}). {fix_partial}", "partial")
+    _all_present(ckpt, integrity, fix_partial)
     for manifest in sorted(ckpt.glob(NODE_FILE.format("*"))):  # multi-node jobs: every node's files
         node = json.loads(manifest.read_text())
         absent = [f for f in node["files"] if not (ckpt / f).is_file()]
@@ -128,10 +182,7 @@ def verify(path, model: dict | None = None, hashes: bool = True) -> dict:
         raise CheckpointError(f"checkpoint {ckpt} is partial: no shard file from rank(s) {lost[:8]} of "
                               f"{world}. {fix_partial}", "partial")
     if hashes:
-        bad = [f for f, digest in integrity.items() if sha256(ckpt / f) != digest]
-        if bad:
-            raise CheckpointError(f"checkpoint {ckpt} is corrupt: {', '.join(bad[:4])} changed since it was "
-                                  f"written (SHA-256 differs from {INTEGRITY_FILE}). {fix_partial}", "corrupt")
+        _unchanged(ckpt, integrity, fix_partial)
     if model is not None:
         diff = model_mismatch(info["model"], model)
         if diff:
@@ -140,6 +191,89 @@ def verify(path, model: dict | None = None, hashes: bool = True) -> dict:
                 f"({model.get('name')}): {'; '.join(diff)}. Fix: use the same model preset and "
                 f"model_overrides as the run that saved it, or start without load_dir.", "model")
     return {**info, "path": str(ckpt)}
+
+
+def _all_present(ckpt: Path, files: dict, fix_partial: str) -> None:
+    missing = [f for f in files if not (ckpt / f).is_file()]
+    if missing:
+        raise CheckpointError(f"checkpoint {ckpt} is partial: {len(missing)} of {len(files)} files are "
+                              f"missing ({', '.join(missing[:4])}). {fix_partial}", "partial")
+
+
+def _unchanged(ckpt: Path, files: dict, fix_partial: str) -> None:
+    bad = [f for f, digest in files.items() if sha256(ckpt / f) != digest]
+    if bad:
+        raise CheckpointError(f"checkpoint {ckpt} is corrupt: {', '.join(bad[:4])} changed since it was "
+                              f"written (SHA-256 differs from {INTEGRITY_FILE} or {KIT_FILE}). {fix_partial}",
+                              "corrupt")
+
+
+# ModelPreset field -> the model provider's field in run_config.yaml, for the architecture check
+PROVIDER_NAMES = {"num_layers": "num_layers", "hidden_size": "hidden_size", "num_attention_heads": "num_attention_heads",
+                  "ffn_hidden_size": "ffn_hidden_size", "vocab_size": "vocab_size", "num_experts": "num_moe_experts"}
+
+
+def provider_mismatch(provider: dict, model: dict) -> list[str]:
+    """Architecture fields in which run_config.yaml's model provider and this job's model differ."""
+    out = []
+    for ours, theirs in PROVIDER_NAMES.items():
+        if theirs in provider and ours in model and provider[theirs] != model[ours]:
+            out.append(f"{ours}: saved {provider[theirs]!r}, this job {model[ours]!r}")
+    saved_groups = provider.get("num_query_groups") or provider.get("num_attention_heads")
+    groups = model.get("num_query_groups") or model.get("num_attention_heads")
+    if "num_attention_heads" in provider and saved_groups != groups:
+        out.append(f"num_query_groups: saved {saved_groups!r}, this job {groups!r}")
+    return out
+
+
+def _verify_theirs(ckpt: Path, model: dict | None, hashes: bool, fix_partial: str) -> dict:
+    """A checkpoint written by Megatron-Bridge (it holds run_config.yaml) or Megatron-LM (its tracker
+    names it; its run settings are in the common state, which needs torch to read): the torch_dist
+    files are there, Megatron's integrity file (when it wrote one) holds, and run_config.yaml's
+    model provider has this job's architecture. The returned record has the kit record's keys:
+    no layout of the kit's kind (RNG states are never restored from it), the optimizer state kind
+    from run_config.yaml (None: weights only; "unknown" without run_config.yaml)."""
+    try:
+        json.loads((ckpt / "metadata.json").read_text())
+        integrity = json.loads((ckpt / INTEGRITY_FILE).read_text())["files"] if (ckpt / INTEGRITY_FILE).is_file() else {}
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint {ckpt} has no metadata.json: it is not a Megatron torch_dist "
+                              f"checkpoint (or its save was interrupted). {fix_partial}", "partial") from None
+    except (json.JSONDecodeError, KeyError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint {ckpt} is corrupt: a metadata file does not parse ({e}). "
+                              f"{fix_partial}", "corrupt") from None
+    if not (ckpt / ".metadata").is_file() or not any(ckpt.glob("__*_*.distcp")):
+        raise CheckpointError(f"checkpoint {ckpt} is partial: its tensor index (.metadata) or shard files "
+                              f"(__*_*.distcp) are missing. {fix_partial}", "partial")
+    _all_present(ckpt, integrity, fix_partial)
+    if hashes:
+        _unchanged(ckpt, integrity, fix_partial)
+    iteration = 0 if ckpt.name == "release" else int(ckpt.name.removeprefix("iter_"))
+    info = {"iteration": iteration, "written_by": "Megatron-LM", "layout": None, "model": None,
+            "optimizer": "unknown", "path": str(ckpt)}
+    if not (ckpt / RUN_CONFIG).is_file():
+        return info
+    import yaml
+
+    try:
+        run = yaml.safe_load((ckpt / RUN_CONFIG).read_text()) or {}
+        provider, saving = run.get("model") or {}, run.get("checkpoint") or {}
+        distributed = (run.get("optimizer") or {}).get("use_distributed_optimizer", False)
+    except (yaml.YAMLError, AttributeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint {ckpt} is corrupt: {RUN_CONFIG} does not parse as a run config ({e}). "
+                              f"{fix_partial}", "corrupt") from None
+    info.update(written_by="Megatron-Bridge", optimizer=("distributed" if distributed else "local")
+                if saving.get("save_optim", True) else None,
+                saved_layout={k: provider.get(k) for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                                           "context_parallel_size", "expert_model_parallel_size")})
+    if model is not None:
+        diff = provider_mismatch(provider, model)
+        if diff:
+            raise CheckpointError(
+                f"checkpoint {ckpt} holds a different model ({provider.get('_target_', 'a model provider')}, "
+                f"{RUN_CONFIG}) than this job ({model.get('name')}): {'; '.join(diff)}. Fix: give the job the "
+                f"model that checkpoint was made from (its hf_model folder), or start without load_dir.", "model")
+    return info
 
 
 def node_manifest(ckpt, node: int) -> Path:
@@ -158,7 +292,7 @@ def node_manifest(ckpt, node: int) -> Path:
 
 def consolidate(node_roots: list, into=None) -> list[Path]:
     """Make node-local checkpoint folders loadable: gather the latest checkpoint's files from every
-    node's folder (`node_roots`, node 0 first: it holds `latest`, the index and the kit's record)
+    node's folder (`node_roots`, node 0 first: it holds the trackers, the index and the kit's record)
     into complete copies: `into` (one folder, e.g. on shared storage) or, when None, every node's
     own folder (what rsync to each node would do). Each file is checked against the SHA-256 its
     node recorded before it is copied; each result is verified. Returns the complete iter_* folders."""
@@ -180,7 +314,7 @@ def consolidate(node_roots: list, into=None) -> list[Path]:
                                       f"it again from node {i}, or resume from an earlier checkpoint.", "corrupt")
             sources.setdefault(name, (folder / name, digest))
         sources.setdefault(manifest.name, (manifest, None))
-    for name in (KIT_FILE, INTEGRITY_FILE):  # written by rank 0, on node 0, after the manifests
+    for name in (KIT_FILE, INTEGRITY_FILE, RUN_CONFIG, TRAIN_STATE):  # written by rank 0, on node 0, after the manifests
         sources.setdefault(name, (ckpt / name, None))
     targets = [Path(into)] if into is not None else roots
     done = []
@@ -192,9 +326,9 @@ def consolidate(node_roots: list, into=None) -> list[Path]:
             if src.resolve() == dst.resolve() or (digest and dst.is_file() and sha256(dst) == digest):
                 continue  # already there (checked above, or the same bytes)
             shutil.copy2(src, dst)
-        tmp = root / f".{TRACKER}.tmp"
-        tmp.write_text(ckpt.name + "\n")
-        tmp.replace(root / TRACKER)
+        if (roots[0] / BRIDGE_TRACKER).is_file() and root != roots[0]:
+            shutil.copy2(roots[0] / BRIDGE_TRACKER, root / BRIDGE_TRACKER)
+        write_tracker(root, int(ckpt.name.removeprefix("iter_")))
         verify(folder)
         done.append(folder)
     return done
@@ -265,9 +399,17 @@ def list_checkpoints(root) -> list[dict]:
 
 def check_optimizer(info: dict, dist_opt: bool, loading_optimizer: bool) -> None:
     """The distributed optimizer's and the local optimizer's saved states are different trees:
-    loading one into the other is refused with the two ways out."""
+    loading one into the other is refused with the two ways out. A checkpoint of weights only (what
+    Megatron-Bridge's import_ckpt writes) loads with load_optimizer=False."""
     saved, this = info["optimizer"], "distributed" if dist_opt else "local"
-    if loading_optimizer and saved != this:
+    if not loading_optimizer or saved == "unknown":
+        return
+    if saved is None:
+        raise CheckpointError(
+            f"checkpoint {info['path']} holds no optimizer state (written by {info.get('written_by', 'the kit')} "
+            f"with the weights only). Fix: load_optimizer=False to load the model only (the optimizer then "
+            f"starts fresh).", "no-optimizer")
+    if saved != this:
         raise CheckpointError(
             f"checkpoint {info['path']} holds {saved}-optimizer state but this job uses the {this} "
             f"optimizer. Fix: set dist_opt={saved == 'distributed'} to match, or load_optimizer=False "

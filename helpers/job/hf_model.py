@@ -1,65 +1,93 @@
 """A Hugging Face model folder, as the notebook side sees it: its config.json read as plain JSON
 (no torch, no transformers), checked, and described as a ModelPreset so the layout rules, the
 memory planner and the run records treat an imported model like a preset. The worker imports the
-weights through Megatron-Bridge (helpers/runtime/hf/config.py, hf_weights.py).
+weights through Megatron-Bridge (helpers/runtime/hf/config.py, weights.py).
 
 Architectures: helpers/job/architectures.py says, for every text-only causal LM Megatron-Bridge
 registers, whether the kit builds it (checked against transformers) or refuses it, naming the
 missing piece; a refused one is turned away here, before start, rather than trained as a subtly
-different model."""
+different model. What a family adds beyond config.json's values: its record in helpers/job/families.py."""
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from helpers.errors import InvalidJob
-from helpers.job import architectures, hf_names
+from helpers.job import architectures, families, hf_names
 from helpers.job.models import ModelPreset
 from helpers.job.rules.violation import Found, Violation
 
 HYBRID_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}  # Megatron's hybrid_layer_pattern
-# model types with q/k norms (others say use_qk_norm)
-QK_NORM = ("qwen3", "qwen3_moe", "olmoe", "hy_v3", "gemma3_text")
-FULL_WIDTH_QK_NORM = ("olmoe",)  # ... over all heads at once
-QKV_BIAS = ("qwen2",)  # model types with Q/K/V biases (others say attention_bias)
-ALL_BIASES = ("gpt_oss",)  # ... with biases on every linear layer, the router's too
-SANDWICH_NORMS = ("gemma2", "gemma3_text")  # ... with norms after attention and after the MLP
-ATTENTION_SINKS = ("gpt_oss",)  # ... with a learned softmax offset per head (Megatron's own attention)
 CONFIG = "config.json"
 WEIGHT_SUFFIXES = (".safetensors",)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 
 
-def problems(folder: str | Path) -> list[Violation]:
-    """What stops the kit from importing the HF folder (rules/hf.py reports them with the job's other
-    problems): no folder, no config.json, unreadable JSON, an architecture the kit does not build,
-    no safetensors weights."""
+@dataclass(frozen=True)
+class Folder:
+    """An HF folder read once per job (helpers/job/rules/resolve.py): config.json, its SHA-256 and
+    the tensor names of its safetensors headers, or what stops the kit from importing it. The checks
+    before start, the model's description and the run directory's record all take it from here."""
+    path: str
+    config: dict | None = None
+    config_sha256: str | None = None
+    names: frozenset = frozenset()
+    problems: tuple[Violation, ...] = ()
+
+    def record(self) -> dict:
+        """The folder as the run records it (manifest.json, model.json) and its workers import it:
+        path, name, config.json's SHA-256, the architectures listed, the one the kit builds, and the
+        folder's own spelling of any aliased tensor (hf_names.renames)."""
+        arch = architecture(self.config)
+        return {"path": self.path, "name": Path(self.path).expanduser().resolve().name,
+                "config_sha256": self.config_sha256, "architectures": self.config["architectures"],
+                "architecture": arch, "renames": hf_names.renames(arch, set(self.names))}
+
+
+def read(folder: str | Path) -> Folder:
+    """The folder read once: what stops the kit from importing it (rules/hf.py reports them with the
+    job's other problems): no folder, no config.json, unreadable JSON, an architecture the kit does
+    not build, no safetensors weights, or tensors Bridge will not find (headers only)."""
     v = Found("hf")
-    folder = Path(folder).expanduser()
-    if not folder.is_dir():
-        v.add("hf_model_not_a_folder", f"hf_model={str(folder)!r} is not a folder",
+    path = Path(folder).expanduser()
+    if not path.is_dir():
+        v.add("hf_model_not_a_folder", f"hf_model={str(path)!r} is not a folder",
               "give the local folder of a Hugging Face model (config.json + *.safetensors), e.g. one saved with "
               "save_pretrained() or made by helpers.launch.tiny_hf.make(); the kit never downloads")
-        return v
-    path = folder / CONFIG
-    if not path.is_file():
-        v.add("hf_model_no_config", f"hf_model folder {str(folder)!r} has no {CONFIG}: it is not a Hugging Face "
+        return Folder(str(folder), problems=tuple(v))
+    file = path / CONFIG
+    if not file.is_file():
+        v.add("hf_model_no_config", f"hf_model folder {str(path)!r} has no {CONFIG}: it is not a Hugging Face "
               "model folder", "save one with model.save_pretrained(folder)")
-        return v
+        return Folder(str(folder), problems=tuple(v))
     try:
-        config = json.loads(path.read_text())
+        raw = file.read_bytes()
+        config = json.loads(raw)
     except (OSError, ValueError) as e:
-        v.add("hf_model_config_unreadable", f"{path} cannot be read as JSON ({e})",
+        v.add("hf_model_config_unreadable", f"{file} cannot be read as JSON ({e})",
               "re-save the model with save_pretrained()")
-        return v
-    v += architecture_problems(path, config)
-    if not any(f.suffix in WEIGHT_SUFFIXES for f in folder.iterdir()):
-        v.add("hf_model_no_weights", f"hf_model folder {str(folder)!r} has no *.safetensors weights",
+        return Folder(str(folder), problems=tuple(v))
+    read_as = Folder(str(folder), config, hashlib.sha256(raw).hexdigest())
+    v += architecture_problems(file, config)
+    if not any(f.suffix in WEIGHT_SUFFIXES for f in path.iterdir()):
+        v.add("hf_model_no_weights", f"hf_model folder {str(path)!r} has no *.safetensors weights",
               "save the model with save_pretrained() (safetensors is its default)")
     elif not v:  # a supported architecture: the tensors Bridge will look up are there (headers only)
-        v += hf_names.problems(folder, architecture(config), config)
-    return v
+        try:
+            names = hf_names.tensor_names(path)
+        except hf_names.Unreadable as e:
+            return dataclasses.replace(read_as, problems=tuple(hf_names.unreadable(path, e)))
+        read_as = dataclasses.replace(read_as, names=frozenset(names))
+        v += hf_names.problems(path, architecture(config), config, names)
+    return dataclasses.replace(read_as, problems=tuple(v))
+
+
+def problems(folder: str | Path) -> list[Violation]:
+    """What stops the kit from importing the HF folder (`read`'s problems)."""
+    return list(read(folder).problems)
 
 
 def architecture(config: dict) -> str | None:
@@ -93,10 +121,10 @@ def architecture_problems(path: Path, config: dict) -> list[Violation]:
 
 def read_config(folder: str | Path) -> dict:
     """config.json of a local HF folder; InvalidJob naming the problems and the fixes otherwise."""
-    found = problems(folder)
-    if found:
-        raise InvalidJob("\n".join(str(p) for p in found), found)
-    return json.loads((Path(folder).expanduser() / CONFIG).read_text())
+    read_as = read(folder)
+    if read_as.problems:
+        raise InvalidJob("\n".join(str(p) for p in read_as.problems), list(read_as.problems))
+    return read_as.config
 
 
 def has_tokenizer(folder: str | Path) -> bool:
@@ -107,20 +135,18 @@ def needs_megatron_attention(folder: str | Path | None) -> bool:
     """The folder's model has attention sinks, which only Megatron's own local attention computes
     (helpers/job/rules/resolve.py picks it for attention='auto'); False when unreadable."""
     try:
-        return json.loads((Path(folder).expanduser() / CONFIG).read_text()).get("model_type") in ATTENTION_SINKS
+        model_type = json.loads((Path(folder).expanduser() / CONFIG).read_text()).get("model_type")
+        return families.of_model_type(model_type).attention_sinks
     except (OSError, ValueError, TypeError):
         return False
 
 
-def config_hash(folder: str | Path) -> str:
-    """SHA-256 of config.json: what the run records say was imported."""
-    return hashlib.sha256((Path(folder) / CONFIG).read_bytes()).hexdigest()
-
-
-def describe(folder: str | Path) -> ModelPreset:
-    """The imported model's architecture in the kit's terms (what the layout rules check)."""
-    c = read_config(folder)
-    if c.get("model_type") == "nemotron_h":
+def describe(folder: str | Path, config: dict | None = None) -> ModelPreset:
+    """The imported model's architecture in the kit's terms (what the layout rules check); `config`:
+    the folder's config.json as `read` found it (None: read it here)."""
+    c = read_config(folder) if config is None else config
+    family = families.of_model_type(c.get("model_type"))  # what config.json's values leave unsaid
+    if family.hybrid:
         return describe_hybrid(folder, c)
     heads = c["num_attention_heads"]
     head_dim = c.get("head_dim")
@@ -143,11 +169,11 @@ def describe(folder: str | Path) -> ModelPreset:
         num_shared_experts=c.get("n_shared_experts") or c.get("num_shared_experts") or 0,
         first_k_dense=first_k if experts else 0,
         normalization="RMSNorm", activation=activation(c),
-        qk_layernorm=c.get("model_type") in QK_NORM or bool(c.get("use_qk_norm")),
-        qk_norm_full_width=c.get("model_type") in FULL_WIDTH_QK_NORM,
-        add_qkv_bias=bool(c.get("attention_bias")) or c.get("model_type") in QKV_BIAS,
-        add_bias_linear=c.get("model_type") in ALL_BIASES, attention_sinks=c.get("model_type") in ATTENTION_SINKS,
-        attention_softcap=bool(c.get("attn_logit_softcapping")), sandwich_norms=c.get("model_type") in SANDWICH_NORMS,
+        qk_layernorm=family.qk_norm is not None or bool(c.get("use_qk_norm")),
+        qk_norm_full_width=family.qk_norm == families.FULL_WIDTH,
+        add_qkv_bias=bool(c.get("attention_bias")) or family.qkv_bias,
+        add_bias_linear=family.all_biases, attention_sinks=family.attention_sinks,
+        attention_softcap=bool(c.get("attn_logit_softcapping")), sandwich_norms=family.sandwich_norms,
         max_seq_len=c.get("max_position_embeddings", 4096),
         tied_embeddings=bool(c.get("tie_word_embeddings", False)),
         multi_latent_attention=mla, q_lora_rank=c.get("q_lora_rank") if mla else None,

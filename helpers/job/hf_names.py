@@ -1,11 +1,14 @@
 """The tensor names of an HF folder against the names Megatron-Bridge looks up, before any process
 starts: read from the safetensors headers (an 8-byte length, then JSON; no torch, no data read).
+`read_header` is the one place a header is read; helpers/job/hf_model.read reads each file once per
+job and hands the names to every check and to the run directory's model.json, which the workers read.
 
 Two spellings of one tensor exist in folders users have: transformers 5.12.1's own NemotronH
 `save_pretrained` writes the embedding as `backbone.embedding.weight` (the reverse of its load-time
 renaming), while the published checkpoints and Bridge 0.6.2's mapping say `backbone.embeddings.weight`.
 ALIASES lists such spellings; `renames` says which one a folder uses, and the worker hands Bridge
-that name (helpers/runtime/hf/names.py), so import and export keep the folder's own spelling.
+that name (model.json's `renames`; helpers/runtime/hf/registry.py), so import and export keep the
+folder's own spelling.
 
 What Bridge needs besides the per-layer tensors (REQUIRED: embedding, final norm, output layer
 unless tied; plus every layer index) is checked here; a name that matches neither Bridge's spelling
@@ -15,16 +18,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from helpers.job import families
 from helpers.job.rules.violation import Found, Violation
 
-# architecture -> {Bridge's name: other names of the same tensor in saved folders}
-ALIASES = {
-    "NemotronHForCausalLM": {"backbone.embeddings.weight": ("backbone.embedding.weight",)},
-}
+# architecture -> {Bridge's name: other names of the same tensor in saved folders} (families.py)
+ALIASES = {a: f.tensor_aliases for f in families.FAMILIES for a in f.architectures if f.tensor_aliases}
 DECODER = ("model.embed_tokens.weight", "model.norm.weight", "model.layers")
-REQUIRED = {  # architecture -> (embedding, final norm, prefix of the layers); the output layer is lm_head.weight
-    "NemotronHForCausalLM": ("backbone.embeddings.weight", "backbone.norm_f.weight", "backbone.layers"),
-}
+# architecture -> (embedding, final norm, prefix of the layers) when not DECODER's; the output layer is lm_head.weight
+REQUIRED = {a: f.tensors for f in families.FAMILIES for a in f.architectures if f.tensors}
 OUTPUT = "lm_head.weight"
 
 
@@ -32,19 +33,24 @@ class Unreadable(ValueError):
     pass
 
 
+def read_header(file: Path) -> dict:
+    """One safetensors file's header (the only place the kit reads one): name -> dtype, shape, offsets."""
+    try:
+        with open(file, "rb") as f:
+            size = int.from_bytes(f.read(8), "little")
+            header = json.loads(f.read(size)) if 0 < size < 100_000_000 else None
+    except (OSError, ValueError) as e:
+        raise Unreadable(f"{file.name}: {e}") from e
+    if not isinstance(header, dict):
+        raise Unreadable(f"{file.name} has no safetensors header (size {file.stat().st_size} bytes)")
+    return header
+
+
 def tensor_names(folder: str | Path) -> set[str]:
-    """Every tensor name in the folder's *.safetensors headers."""
+    """Every tensor name in the folder's *.safetensors headers, each file read once."""
     names = set()
     for file in sorted(Path(folder).glob("*.safetensors")):
-        try:
-            with open(file, "rb") as f:
-                size = int.from_bytes(f.read(8), "little")
-                header = json.loads(f.read(size)) if 0 < size < 100_000_000 else None
-        except (OSError, ValueError) as e:
-            raise Unreadable(f"{file.name}: {e}") from e
-        if not isinstance(header, dict):
-            raise Unreadable(f"{file.name} has no safetensors header (size {file.stat().st_size} bytes)")
-        names |= {k for k in header if k != "__metadata__"}
+        names |= {k for k in read_header(file) if k != "__metadata__"}
     return names
 
 
@@ -68,15 +74,17 @@ def renames(architecture: str, names: set[str]) -> dict[str, str]:
     return out
 
 
-def problems(folder: str | Path, architecture: str, config: dict) -> list[Violation]:
-    """hf_weights_unreadable, or hf_weights_unnamed: tensors Bridge will look for and not find."""
+def unreadable(folder: str | Path, error: Unreadable) -> list[Violation]:
+    """hf_weights_unreadable: a safetensors file without a header `tensor_names` could read."""
     v = Found("hf")
-    try:
-        names = tensor_names(folder)
-    except Unreadable as e:
-        v.add("hf_weights_unreadable", f"hf_model folder {str(folder)!r}: {e}",
-              "save the model again with save_pretrained() (a partial download or copy leaves such a file)")
-        return v
+    v.add("hf_weights_unreadable", f"hf_model folder {str(folder)!r}: {error}",
+          "save the model again with save_pretrained() (a partial download or copy leaves such a file)")
+    return v
+
+
+def problems(folder: str | Path, architecture: str, config: dict, names: set[str]) -> list[Violation]:
+    """hf_weights_unnamed: tensors Bridge will look for and not find among `names` (tensor_names)."""
+    v = Found("hf")
     aliased = renames(architecture, names)
     missing = []
     for name in expected(architecture, config):

@@ -1,5 +1,5 @@
 """Heavy imports with Python's cyclic garbage collector paused, their objects then frozen: the
-ranks' (runtime/train.py, runtime/te_standin.py) and torchrun's agent's (launch/torchrun_main.py).
+ranks' (runtime/train.py, runtime/hf/te_standin.py) and torchrun's agent's (launch/torchrun_main.py).
 Here in job/, the package both sides import, because launch/ does not import runtime/; stdlib only.
 
 Importing torch and Megatron-Core creates a few million objects that live until the process ends

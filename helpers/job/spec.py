@@ -19,10 +19,13 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp8")
 BACKENDS = ("auto", "local", "te")  # local: Megatron's local layer spec + the kit's modules; te: Megatron's TE spec
 ATTENTION_KINDS = ("auto", "sdpa", "megatron_local", "transformer_engine")
 LR_DECAYS = ("constant", "linear", "cosine")  # Megatron's OptimizerParamScheduler styles the kit offers
+OVERLAP = ("auto", "on", "off")  # overlap_grad_reduce, overlap_param_gather
 FP8_RECIPES = ("tensorwise", "rowwise", "delayed")  # helpers/precision/fp8_matmul.py
 PER_TENSOR_FP8_RECIPES = ("tensorwise", "delayed")  # one scale per tensor: the same GEMMs and saved tensors
 TENSORBOARD = ("auto", "on", "off")
 FP8_LINEARS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")  # the linears precision='fp8' swaps
+INSTRUMENTS = ("auto", "on", "off")
+PROFILE_MODES = ("full", "device")  # helpers/runtime/measure/torch_profile.py
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,21 @@ class JobSpec(ParallelSizes):
                                       "whole run's length when the run is split into resumed jobs)")
     min_lr: float = knob(0.0, "learning rate at the end of the decay")
     clip_grad: float = knob(1.0, "gradient-norm clipping threshold")
+    # ---- the optimizer and data-parallel communication, with Megatron-LM's names and defaults
+    weight_decay: float = knob(0.01, "AdamW's decoupled weight decay on the weight matrices (Megatron leaves "
+                               "biases and other 1-D parameters, e.g. norms, undecayed)")
+    adam_beta1: float = knob(0.9, "Adam's decay rate of the gradient's running mean")
+    adam_beta2: float = knob(0.999, "Adam's decay rate of the squared gradient's running mean")
+    adam_eps: float = knob(1e-8, "added to Adam's denominator (numerical stability)")
+    overlap_grad_reduce: str = knob("auto", "reduce each gradient bucket over the data-parallel ranks while the "
+                                    "backward pass goes on: auto = on for cuda jobs that reduce gradients over "
+                                    "several ranks (DP x CP or expert DP > 1), off on cpu", choices=OVERLAP)
+    overlap_param_gather: str = knob("auto", "with dist_opt and overlap_grad_reduce: all-gather the updated "
+                                     "parameters during the next forward pass instead of in the optimizer step: "
+                                     "auto = on when both are on (cuda)", choices=OVERLAP)
+    ddp_bucket_size: int | None = knob(None, "parameters per gradient bucket with overlap_grad_reduce (each bucket "
+                                       "is reduced as soon as its gradients are ready); none = Megatron's "
+                                       "max(40M, 1M x DP x CP)")
     seed: int = knob(1234, "random seed: initial weights, synthetic data")
     moe_dispatcher: str = knob("alltoall", "MoE token dispatcher", choices=("alltoall", "allgather"))
     backend: str = knob("auto", "layer implementation: auto = Megatron's Transformer Engine spec when "
@@ -99,7 +117,7 @@ class JobSpec(ParallelSizes):
                                          "none = only timeout_s")
     collective_timeout_s: float | None = knob(None, "how long a rank waits inside one collective before it fails "
                                               "with the backend's timeout error; none = 300 s (gloo) / 600 s (NCCL)")
-    env: dict = knob(dict, "extra environment variables for every rank, e.g. KIT_FAULT=nan@2", cli="keyvalue")
+    env: dict = knob(dict, "extra environment variables for every rank, e.g. NCCL_DEBUG=INFO", cli="keyvalue")
     hf_parity_layouts: list | None = knob(None, "compare the imported model's logits with transformers' in each "
                                           "of these layouts (dicts of sizes), then stop (helpers/launch/hf_check.py)",
                                           cli=False)
@@ -113,6 +131,28 @@ class JobSpec(ParallelSizes):
     load_optimizer: bool = knob(True, "load the optimizer state too (off: weights only, fresh optimizer)")
     eval_only: bool = knob(False, "evaluate load_dir's checkpoint(s) on a fixed batch, forward only "
                            "(eval.json); no training")
+    # ---- what is recorded around the loop, and failures injected on purpose (helpers/runtime/measure/)
+    log_interval: int = knob(1, "a metrics.jsonl row, TensorBoard point and progress step every N iterations and "
+                             "after the last (Megatron-LM's --log-interval; step time = the interval's mean); only "
+                             "those iterations compute the global loss, the one wait for the device the kit adds. A "
+                             "NaN stops the job at its own iteration by the grad norm Megatron computes every step "
+                             "(with clip_grad > 0), else at the next logged loss")
+    instruments: str = knob("auto", "comm.jsonl, timeline.jsonl and moe.jsonl (every collective and the one a hung "
+                            "rank waited in, forward/backward per microbatch, tokens per expert): auto = on on cpu "
+                            "(the lessons' pictures), off on cuda, where their hooks, CUDA events and copies to the "
+                            "host slow every step", choices=INSTRUMENTS)
+    capture_tensors_at: int | None = knob(None, "at this iteration rank 0 keeps the input, output gradient and weight "
+                                          "of each linear of the first layer (linear_tensors.pt; lesson 16); "
+                                          "none = off")
+    torch_profile: str | None = knob(None, "write torch.profiler tables of rank 0's last two iterations and the "
+                                     "device's idle gaps to this file (+ FILE.idle.json); cuda, 3+ iterations; "
+                                     "none = off")
+    torch_profile_mode: str = knob("full", "with torch_profile: full = host ranges and device activity (the host "
+                                   "runs ~2x slower); device = device kernels and launches over one iteration "
+                                   "(idle gaps close to an unprofiled step's)", choices=PROFILE_MODES)
+    faults: list = knob(list, "failures injected on purpose (tests, lesson 12), each KIND@ITERATION[:rankN], "
+                        "e.g. hang@2:rank1; KIND: raise, exit, killjob, hang, nan, exit|hang|killjob_during_save, "
+                        "exit|hang_during_load (helpers/job/faults.py)", metavar="KIND@ITERATION[:rankN]")
 
     # ---- what other modules ask of a spec ---------------------------------------------
     @property
@@ -124,6 +164,13 @@ class JobSpec(ParallelSizes):
     def lr_decay_end(self) -> int:
         """The iteration where the learning-rate decay ends: lr_decay_iters, or the run's last."""
         return self.lr_decay_iters if self.lr_decay_iters is not None else self.iters
+
+    @property
+    def overlap_bucket_size(self) -> int:
+        """Elements per DDP gradient bucket when overlap_grad_reduce is on: ddp_bucket_size, or
+        Megatron-LM's max(40M, 1M x DP x CP), large enough that each rank's share of a bucket keeps
+        the collective bandwidth-bound. (Off, Megatron reduces the whole buffer as one bucket.)"""
+        return self.ddp_bucket_size or max(40_000_000, 1_000_000 * self.dp * self.cp)
 
     def layout_record(self) -> dict:
         """The layout as recorded in manifest.json and in every checkpoint's kit record (a

@@ -20,10 +20,14 @@ GROUPS = [  # help sections, by field
     ("model and training", ["model", "model_overrides", "hf_model", "export_hf", "iters", "micro_batch",
                             "global_batch", "seq_len", "lr", "lr_warmup_iters", "lr_decay", "lr_decay_iters",
                             "min_lr", "clip_grad", "seed", "moe_dispatcher", "backend", "attention"]),
+    ("optimizer and data-parallel communication", ["weight_decay", "adam_beta1", "adam_beta2", "adam_eps",
+                                                   "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size"]),
     ("data", ["data", "tokenizer", "data_dir", "data_column", "data_split", "eval_interval", "eval_iters"]),
     ("checkpoints", ["save_interval", "save_dir", "load_dir", "load_optimizer", "eval_only"]),
     ("where and how", ["device", "precision", "fp8_recipe", "fp8_output_layer", "seed_checkpoint", "name", "out",
                        "tensorboard", "timeout_s", "stall_timeout_s", "collective_timeout_s", "env"]),
+    ("recording and injected faults", ["log_interval", "instruments", "capture_tensors_at", "torch_profile",
+                                       "torch_profile_mode", "faults"]),
 ]
 
 
@@ -62,7 +66,7 @@ def _add(group, f: dataclasses.Field, default) -> None:
         group.add_argument(*flags, dest=f.name, type=_keyvalue, action="append", metavar="KEY=VALUE",
                            help=f"{doc} (repeat the flag for more)")
     elif "list" in f.type:
-        group.add_argument(*flags, dest=f.name, nargs="+", metavar="PATH", help=doc)
+        group.add_argument(*flags, dest=f.name, nargs="+", metavar=meta.get("metavar", "PATH"), help=doc)
     else:
         shown = "" if default is None else f" (default {default})"
         group.add_argument(*flags, dest=f.name, type=_scalar(f.type), choices=meta.get("choices"),
@@ -109,7 +113,8 @@ def spec_from_args(a: argparse.Namespace) -> JobSpec:
             if value:
                 given[f.name] = dict(value)
         elif value is not None:
-            given[f.name] = value[0] if isinstance(value, list) and len(value) == 1 else value
+            one = isinstance(value, list) and len(value) == 1 and "str" in f.type  # load_dir: one path or several
+            given[f.name] = value[0] if one else value
     return JobSpec(**given)
 
 

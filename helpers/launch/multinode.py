@@ -3,6 +3,9 @@ N nodes on one machine: N torchrun agents with `--nnodes N` and c10d rendezvous 
 each with its own node-local directory (KIT_NODE_DIR) holding its copy of the seed checkpoint
 (as each real node holds its own cache). Paths in the spec may name $KIT_NODE_DIR; each node
 expands them itself, so save_dir="$KIT_NODE_DIR/checkpoints" is a node-local checkpoint folder.
+Every node reads the one run directory `prepare` wrote (spec.json, model.json, data.json): no node
+works out the model or the data source again; each checks the data files are the pinned ones before
+it tokenizes, and the preflight compares what the nodes see (helpers/runtime/preflight.py).
 
     python -m helpers.launch.multinode prepare --out /shared/runs [helpers flags]   # prints RUN_DIR
 """
@@ -18,7 +21,7 @@ from pathlib import Path
 from helpers.errors import InvalidJob
 from helpers.job.spec import JobSpec
 from helpers.launch import runner, torchrun
-from helpers.rundir import names
+from helpers.rundir import names, prepared
 from helpers.rundir.reader import RunDir
 
 NODE_SEED = "$KIT_NODE_DIR/seed-checkpoint"
@@ -46,7 +49,7 @@ def simulate(spec: JobSpec | None = None, nnodes: int = 2, node_dirs: list | Non
         d.mkdir(parents=True, exist_ok=True)
         seed = d / "seed-checkpoint"
         if spec.seed_checkpoint and copy_seed and not seed.exists():  # each node's own cache
-            shutil.copytree(runner.seed_checkpoint(spec, spec.model_preset()), seed)
+            shutil.copytree(runner.seed_checkpoint(spec, prepared.model(run_dir)[0]), seed)
     endpoint = f"127.0.0.1:{_free_port()}"
     base_env = torchrun.environment(spec)
     procs = []

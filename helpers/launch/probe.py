@@ -12,7 +12,6 @@ from helpers.errors import InvalidLayout
 from helpers.job import models, paths, rules
 from helpers.job.layout import Layout
 from helpers.launch import environment, runner
-from helpers.rundir import names
 from helpers.rundir.reader import RunDir
 
 
@@ -24,10 +23,10 @@ def live_groups(layout: Layout, model: str = "tiny-gpt", out: str | None = None,
         raise InvalidLayout(problems)
     spec = layout.job_spec(model, iters=0, device="cpu", groups_only=True, seed_checkpoint=False,
                            timeout_s=timeout_s, name=f"groups-{model}", out=out or str(paths.runs_dir()))
-    spec = rules.resolve(spec, environment.probe(spec.device))
-    run_dir = runner.new_run_dir(spec, models.preset(model))  # the runner's own steps: same env, logs and teardown
-    spec.write(run_dir / names.SPEC)
-    return runner.execute(run_dir, spec)
+    resolved = rules.resolve(spec, environment.probe(spec.device))
+    run_dir = runner.new_run_dir(resolved.spec, resolved.model)  # the runner's own steps: same env, logs, teardown
+    runner.write_run_files(run_dir, resolved)
+    return runner.execute(run_dir, resolved.spec)
 
 
 def mismatches(layout: Layout, live: dict[int, dict]) -> list[str]:

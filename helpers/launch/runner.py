@@ -1,5 +1,7 @@
-"""The job runner: JobSpec -> every auto decided and every rule checked (helpers/job/rules/) ->
-seed checkpoint (cached) -> run directory (spec.json + manifest.json) -> torchrun -> RunDir.
+"""The job runner: JobSpec -> every auto decided, the model, data source and seed checkpoint worked
+out once, every rule checked (helpers/job/rules/) -> seed checkpoint (cached) -> run directory
+(spec.json, model.json, data.json, manifest.json) -> torchrun -> RunDir. The spec the rules checked
+is the one spec.json holds: nothing is decided after the check.
 
 `prepare` is everything before the processes start; `run` (one node), the multi-node simulation
 and `python -m helpers.launch.multinode prepare` (real nodes) all go through it, so they check and
@@ -10,33 +12,40 @@ outlives a failed job."""
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import subprocess
 from datetime import datetime
 from pathlib import Path
 
-from helpers.job import checkpoint_dir, data, hf_model, paths, rules
+from helpers.job import checkpoint_dir, data, paths, rules
 from helpers.job.models import ModelPreset
 from helpers.job.spec import JobSpec
 from helpers.launch import environment, torchrun
-from helpers.rundir import names
+from helpers.rundir import names, prepared
 from helpers.rundir.reader import RunDir
 
 
 # ---- deciding and checking ---------------------------------------------------------------------
-def check(spec: JobSpec, env: rules.Environment | None = None) -> tuple[JobSpec, rules.Checked]:
-    """The spec with every auto decided for this machine, and what the rules found. Starts nothing."""
+def check(spec: JobSpec, env: rules.Environment | None = None, seed_path: str | None = None,
+          folders: dict | None = None) -> tuple[rules.Resolved, rules.Checked]:
+    """The job worked out for this machine (rules.Resolved: `.spec` with every auto decided, `.model`,
+    `.data`, `.hf`) and what the rules found. Starts nothing. `seed_path`, `folders`: rules.resolve's."""
     env = env or environment.probe(spec.device)
-    spec = rules.resolve(spec, env)
-    return spec, rules.check(spec, env)
+    resolved = rules.resolve(spec, env, seed_path, folders)
+    return resolved, rules.check(resolved, env)
+
+
+def checked(spec: JobSpec, env: rules.Environment | None = None, seed_path: str | None = None,
+            folders: dict | None = None) -> rules.Resolved:
+    """The job worked out (`check`), or InvalidJob listing every problem (`.violations`, `.names`)."""
+    resolved, found = check(spec, env, seed_path, folders)
+    found.refuse()
+    return resolved
 
 
 def validate(spec: JobSpec, env: rules.Environment | None = None) -> JobSpec:
     """The resolved spec, or InvalidJob listing every problem (`.violations`, `.names`)."""
-    spec, checked = check(spec, env)
-    checked.refuse()
-    return spec
+    return checked(spec, env).spec
 
 
 # ---- what a run directory records ---------------------------------------------------------------
@@ -57,21 +66,23 @@ def new_run_dir(spec: JobSpec, model: ModelPreset) -> Path:
     return path
 
 
-def hf_record(spec: JobSpec, model: ModelPreset) -> dict | None:
-    """The imported folder as a run records it: path, name, config.json's SHA-256, architectures."""
-    if not spec.hf_model:
-        return None
-    return {"path": spec.hf_model, "name": model.name, "config_sha256": hf_model.config_hash(spec.hf_model),
-            "architectures": hf_model.read_config(spec.hf_model)["architectures"]}
+def write_run_files(run_dir: Path, resolved: rules.Resolved, others: list[rules.Resolved] = ()) -> None:
+    """spec.json, model.json and data.json: the job as checked, for the workers to build (`others`:
+    the other HF folders an HF parity job's layouts name)."""
+    resolved.spec.write(run_dir / names.SPEC)
+    prepared.write_model(run_dir, [(r.model, r.hf.record() if r.hf else None) for r in (resolved, *others)])
+    prepared.write_data(run_dir, resolved.data)
 
 
-def write_manifest(run_dir: Path, spec: JobSpec, model: ModelPreset, data_record: dict | None) -> None:
+def write_manifest(run_dir: Path, resolved: rules.Resolved, data_record: dict | None) -> None:
+    spec = resolved.spec
     (run_dir / names.MANIFEST).write_text(json.dumps({
         "spec": spec.to_dict(),
         "layout": spec.layout_record(),
-        "model": model.to_dict(),
+        "model": resolved.model.to_dict(),
         "data": data_record or {"kind": "synthetic", "source": "helpers/runtime/data/synthetic.py"},
-        "hf_model": hf_record(spec, model),  # the imported folder: name, config hash (Bridge version: versions)
+        # the imported folder: name, config hash, architectures (Bridge version: versions)
+        "hf_model": resolved.hf.record() if resolved.hf else None,
         "versions": environment.versions(),
         "git_revision": git_revision(),
         "command": torchrun.command(run_dir, spec.world_size),
@@ -82,48 +93,43 @@ def write_manifest(run_dir: Path, spec: JobSpec, model: ModelPreset, data_record
 
 # ---- the seed checkpoint -------------------------------------------------------------------------
 def seed_checkpoint(spec: JobSpec, model: ModelPreset) -> Path:
-    """The cached world-size-1 checkpoint for this model, seed and precision; built on first use.
-    `spec` is resolved (precision decided)."""
-    weights = "bf16" if spec.bf16 else spec.precision  # fp8 jobs keep bf16 weights: bf16's seed, the same start
-    key = json.dumps([model.to_dict(), spec.seed, weights, environment.versions()["megatron-core"]], sort_keys=True)
-    path = paths.cache_dir() / "seed-checkpoints" / f"{model.name}-seed{spec.seed}-{weights}-" \
-        f"{hashlib.sha256(key.encode()).hexdigest()[:10]}"
+    """The cached world-size-1 checkpoint for this model, seed and precision (checkpoint_dir.seed_path,
+    the folder a resolved spec names in KIT_SEED_CHECKPOINT); built on first use. `spec` is resolved."""
+    path = checkpoint_dir.seed_path(spec, model)
     if (path / checkpoint_dir.SEED_MARKER).exists():
         return path
-    seed_spec = dataclasses.replace(spec, precision=weights, tp=1, pp=1, vpp=None, cp=1, ep=1, etp=None, sp=False,
+    seed_spec = dataclasses.replace(spec, precision=checkpoint_dir.seed_weights(spec), tp=1, pp=1, vpp=None, cp=1, ep=1, etp=None, sp=False,
                                     dist_opt=False, nproc=1, iters=0, seed_checkpoint=False,
                                     first_stage_layers=None, last_stage_layers=None, global_batch=None,
                                     data="synthetic", save_interval=None, load_dir=None, eval_only=False,
+                                    faults=[], capture_tensors_at=None, torch_profile=None,
                                     name=f"seed-{model.name}", out=str(paths.cache_dir() / "seed-runs"))
     run_dir = new_run_dir(seed_spec, model)
     seed_spec.write(run_dir / names.SPEC)
+    prepared.write_model(run_dir, [(model, None)])
     execute(run_dir, seed_spec, ["--seed-checkpoint-out", str(path)], progress=False)
     return path
 
 
 # ---- running ---------------------------------------------------------------------------------
 def prepare(spec: JobSpec, seed_path: str | None = None) -> tuple[JobSpec, Path]:
-    """Check the job, build (or find) the seed checkpoint, write the run directory's spec.json
-    and manifest.json. Nothing runs yet. `seed_path` overrides where workers find the seed
-    checkpoint (e.g. "$KIT_NODE_DIR/seed-checkpoint" for node-local copies)."""
+    """Work out and check the job (`checked`: every auto decided, the model, the data source pinned so
+    a rerun from the manifest reads the same bytes, the seed checkpoint named in spec.env), build the
+    seed checkpoint it names on first use, write the run directory: spec.json (the spec the rules
+    checked, as it was), model.json, data.json, manifest.json. Nothing runs yet. `seed_path`
+    overrides where workers find the seed checkpoint (e.g. "$KIT_NODE_DIR/seed-checkpoint" for
+    node-local copies, which the caller fills)."""
     env = environment.probe(spec.device)
-    spec, checked = check(spec, env)
-    checked.refuse()
-    model = checked.model
+    resolved = checked(spec, env, seed_path)
+    spec, model = resolved.spec, resolved.model
     if spec.device == "cuda":  # the memory plan: warn, do not refuse (a plan can be wrong)
         from helpers.memory.fit import warn_if_over_device
         warn_if_over_device(spec, model, env.device_memory_bytes)
-    source = data.resolve(spec)
-    record = data.record(spec, source)
-    if source:  # pin the resolved source: a rerun from the manifest reads the same text
-        spec = dataclasses.replace(spec, **data.pinned(spec, source))
-    variables = dict(spec.env)
-    if spec.seed_checkpoint:
-        variables["KIT_SEED_CHECKPOINT"] = seed_path or str(seed_checkpoint(spec, model))
-    spec = dataclasses.replace(spec, env=variables)
+    if spec.seed_checkpoint and seed_path is None:
+        seed_checkpoint(spec, model)  # the folder spec.env already names
     run_dir = new_run_dir(spec, model)
-    spec.write(run_dir / names.SPEC)
-    write_manifest(run_dir, spec, model, record)
+    write_run_files(run_dir, resolved)
+    write_manifest(run_dir, resolved, data.record(spec, resolved.data))
     return spec, run_dir
 
 

@@ -135,10 +135,11 @@ def watch(procs: list[subprocess.Popen], run: RunDir, timeout_s: float, what: st
             except (subprocess.TimeoutExpired, StopIteration):
                 pass
             if bar is not None:
-                done = len(run.metrics)
+                metrics = run.metrics  # a line every log_interval iterations
+                done = metrics[-1]["iteration"] if metrics else 0
                 if done > seen:
                     bar.update(done - seen)
-                    bar.set_postfix(loss=f"{run.metrics[-1]['loss']:.4f}")
+                    bar.set_postfix(loss=f"{metrics[-1]['loss']:.4f}")
                     seen = done
     except BaseException:
         for p in procs:

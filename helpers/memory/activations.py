@@ -3,6 +3,8 @@ microbatch on the given backend (and the largest transient of its backward), and
 microbatches a pipeline stage holds in flight under 1F1B or the interleaved schedule."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
 from helpers.job.spec import PER_TENSOR_FP8_RECIPES
@@ -78,8 +80,10 @@ def layer_activation(model: ModelPreset, lay: Layout, tr: Training, i: int) -> t
     T = lay.seq_len // lay.cp * lay.micro_batch
     Th = T // tp if lay.sp else T
     stats = 8 if model.normalization == "LayerNorm" else 4
-    if tr.recompute == "full":  # only the layer's input survives the forward
-        return Th * h * B, 0.0
+    if tr.recompute == "full":  # only the layer's input survives the forward; its backward first runs
+        # the forward again, so the layer's whole activations and its own transient live at once then
+        saved, transient = layer_activation(model, lay, replace(tr, recompute="none"), i)
+        return Th * h * B, saved + transient
     kind = layer_kind(model, i)
     saved, transient = 0.0, 0.0
     if kind in ("dense", "moe", "*"):

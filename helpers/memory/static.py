@@ -4,6 +4,7 @@ main parameters and Adam states laid out as Megatron's DDP and distributed optim
 For the kit's models these equal what a live job holds, byte for byte (tests/jobs/test_memory.py)."""
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -109,6 +110,15 @@ def _mamba(model: ModelPreset, tp: int, p: str) -> list[Param]:
 
 def layer_params(model: ModelPreset, lay: Layout, i: int) -> list[Param]:
     """The parameters layer `i` holds on one rank, in Megatron's module (named_parameters) order."""
+    return list(_layer_params(model, lay.tp, lay.ep, lay.expert_tp, i))
+
+
+@functools.lru_cache(maxsize=1024)  # they depend on TP, EP and ETP alone; the layout advisor plans thousands
+def _layer_params(model: ModelPreset, tp: int, ep: int, etp: int, i: int) -> tuple[Param, ...]:
+    return tuple(_build_layer_params(model, Layout(tp=tp, ep=ep, etp=etp), i))
+
+
+def _build_layer_params(model: ModelPreset, lay: Layout, i: int) -> list[Param]:
     p, kind, h = f"decoder.layers.{i}.", layer_kind(model, i), model.hidden_size
     if model.is_hybrid:  # one norm + one mixer per layer
         if kind == "M":  # MambaLayer registers its mixer before its norm
@@ -191,29 +201,41 @@ def fp8_linear_numel(model: ModelPreset, lay: Layout, stage: int) -> int:
                if p.name.endswith(_FP8_WEIGHTS) and "experts." not in p.name)
 
 
-def _buffer_numel(params: list[Param], shards: int, dist_opt: bool) -> int:
-    """Elements of one DDP gradient buffer (one bucket: the kit does not overlap grad reduction)."""
-    if not dist_opt:
-        return sum(p.numel for p in params)
-    # Parameters in reverse module order, each start rounded up to 64 elements; the end padded to
-    # lcm(shards, 128). Only the last parameter's own padding is absent, which the end padding covers.
-    total = sum(-(-p.numel // 64) * 64 for p in params)
-    div = math.lcm(shards, 128)
-    return -(-total // div) * div
-
-
-def _shard_numels(params: list[Param], shards: int) -> list[int]:
-    """Real (non-padding) elements of each distributed-optimizer shard of one buffer."""
-    total = _buffer_numel(params, shards, True)
-    size = total // shards
-    out = [0] * shards
-    start = 0
+def _buckets(params: list[Param], shards: int, dist_opt: bool, bucket_size: int | None) -> list[tuple]:
+    """One DDP gradient buffer as Megatron lays it out: per bucket (start, end, [(start, end) of each
+    parameter]). Parameters in reverse module order; a bucket closes once it holds `bucket_size`
+    elements (None: one bucket); with the distributed optimizer each parameter starts on a
+    64-element boundary and each bucket's end is padded to a multiple of lcm(shards, 128)."""
+    align, div = (64, math.lcm(shards, 128)) if dist_opt else (1, 1)
+    out, spans, start, first = [], [], 0, 0
     for p in reversed(params):
-        start = -(-start // 64) * 64
-        end = start + p.numel
-        for r in range(start // size, min((end - 1) // size, shards - 1) + 1):
-            out[r] += min(end, (r + 1) * size) - max(start, r * size)
-        start = end
+        start = -(-start // align) * align
+        spans.append((start, start + p.numel))
+        start += p.numel
+        if bucket_size is not None and start - first >= bucket_size:
+            out.append((first, -(-start // div) * div, spans))
+            spans, start = [], out[-1][1]
+            first = start
+    if spans:
+        out.append((first, -(-start // div) * div, spans))
+    return out
+
+
+def _buffer_numel(params: list[Param], shards: int, dist_opt: bool, bucket_size: int | None = None) -> int:
+    """Elements of one DDP gradient buffer, padding included."""
+    buckets = _buckets(params, shards, dist_opt, bucket_size)
+    return buckets[-1][1] if buckets else 0
+
+
+def _shard_numels(params: list[Param], shards: int, bucket_size: int | None = None) -> list[int]:
+    """Real (non-padding) elements of each rank's distributed-optimizer shard of one buffer: its
+    1/shards slice of every bucket."""
+    out = [0] * shards
+    for first, end, spans in _buckets(params, shards, True, bucket_size):
+        size = (end - first) // shards
+        for start, stop in spans:
+            for r in range((start - first) // size, min((stop - 1 - first) // size, shards - 1) + 1):
+                out[r] += min(stop, first + (r + 1) * size) - max(start, first + r * size)
     return out
 
 
@@ -243,12 +265,15 @@ def static_memory(model: ModelPreset, lay: Layout, training: Training, stage: in
     for chunk in range(lay.vpp or 1):
         params = chunk_params(model, lay, stage, chunk)
         n += sum(p.numel for p in params)
+        # Megatron's DDP buckets only the first pipeline stage's first chunk; every other is one bucket.
+        bucket_size = training.bucket_size if stage == 0 and chunk == 0 else None
         for expert, shards, r in ((False, dense_shards, dp_rank), (True, expert_shards, edp_rank)):
             group = [p for p in params if p.expert == expert]
             if not group:
                 continue
-            grad += _buffer_numel(group, shards, training.dist_opt) * grad_el
-            opt_el += _shard_numels(group, shards)[r] if training.dist_opt else sum(p.numel for p in group)
+            grad += _buffer_numel(group, shards, training.dist_opt, bucket_size) * grad_el
+            opt_el += (_shard_numels(group, shards, bucket_size)[r] if training.dist_opt
+                       else sum(p.numel for p in group))
     # fp32 main params: bf16/fp8 training keeps an fp32 copy of what the optimizer updates. fp32 with the
     # distributed optimizer: the optimizer holds *views* of its shard (no new memory, but the live job
     # counts them, so the plan does too; `main_param_bytes_new` below says what is allocated).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from helpers.job.rules.resolve import attention_of, precision_of
+from helpers.job.rules.resolve import attention_of, overlap_grad_reduce_of, precision_of
 
 GiB = 2**30
 
@@ -17,6 +17,9 @@ class Training:
     dist_opt: bool = False  # distributed optimizer: main params and Adam states sharded over DP
     recompute: str = "none"  # none | selective (attention core) | full (each layer's input only)
     grad_reduce_in_fp32: bool = True  # the kit's DDP setting (helpers/runtime/build.py)
+    # Elements per gradient bucket with overlap_grad_reduce (JobSpec.overlap_bucket_size); None: one
+    # bucket. The distributed optimizer pads every bucket, and each rank owns a slice of each.
+    bucket_size: int | None = None
     # Megatron-Core's TransformerConfig default (the kit does not change it): each pipeline stage keeps
     # its output tensor until the backward of that microbatch. Megatron-LM's training script sets True.
     deallocate_pipeline_outputs: bool = False
@@ -39,7 +42,9 @@ class Training:
     @classmethod
     def of(cls, spec) -> "Training":
         """The Training a JobSpec runs with (its precision as helpers/job/rules/resolve.py decides it)."""
+        overlap = overlap_grad_reduce_of(spec.overlap_grad_reduce, spec.device, spec) == "on"
         return cls(precision=precision_of(spec.precision, spec.device), fp8_recipe=spec.fp8_recipe,
                    fp8_output_layer=spec.fp8_output_layer, dist_opt=spec.dist_opt,
+                   bucket_size=spec.overlap_bucket_size if overlap else None,
                    attention=attention_of(spec.attention, "te" if spec.backend == "te" else "local"),
                    fused_cross_entropy=spec.device == "cuda")

@@ -30,6 +30,13 @@ from helpers.job.models import ModelPreset
 from helpers.roofline.hardware import Gpu, Link
 
 BF16, FP32 = 2, 4
+# The memory-bound kernels' bf16 elements per token and layer (the docstring's count), as
+# (forward, backward): per hidden unit (norms, rotary, residual adds) and per FFN unit (the activation).
+ELEMENTWISE_PER_HIDDEN = (14, 16)
+ELEMENTWISE_PER_FFN = {"plain": (2, 3), "gated": (3, 5)}
+GRAD_ACCUMULATE_BYTES_PER_PARAM = 10  # bf16 gradient read, fp32 buffer read and written, per microbatch
+ADAM_BYTES_PER_PARAM = 30  # fp32 weight, gradient, two moments read; three written; the bf16 copy
+CROSS_ENTROPY_BYTES_PER_LOGIT = 12  # bf16 logits read, fp32 exponentials kept and read back, bf16 gradient
 
 
 def gemm_shapes(model: ModelPreset, seq: int, micro: int) -> list[tuple[str, int, int, int]]:
@@ -75,13 +82,15 @@ def math_seconds(model: ModelPreset, lay: Layout, gpu: Gpu) -> float:
 def memory_bound_seconds(model: ModelPreset, lay: Layout, gpu: Gpu, dist_opt: bool = False) -> float:
     """The memory-bound kernels' time per iteration on one rank at the GPU's measured bandwidth."""
     h, f = model.hidden_size, (model.expert_ffn * model.moe_router_topk if model.is_moe else model.ffn_hidden_size)
-    per_token_layer = (30 * h + (8 if model.activation == "swiglu" else 5) * f) * BF16
+    per_ffn = ELEMENTWISE_PER_FFN["gated" if model.activation == "swiglu" else "plain"]
+    per_token_layer = (sum(ELEMENTWISE_PER_HIDDEN) * h + sum(per_ffn) * f) * BF16
     tokens = lay.seq_len * lay.micro_batch / lay.cp / lay.tp
     layers = model.num_layers / lay.pp
     params = model.approx_params() / (lay.tp * lay.pp)
-    per_micro = layers * tokens * per_token_layer + 10 * params
-    per_micro += 12 * tokens * model.vocab_size / lay.pp  # the last stage's cross entropy, as an average
-    adam = 30 * params / (lay.dp if dist_opt else 1)
+    per_micro = layers * tokens * per_token_layer + GRAD_ACCUMULATE_BYTES_PER_PARAM * params
+    # the last stage's cross entropy, as an average
+    per_micro += CROSS_ENTROPY_BYTES_PER_LOGIT * tokens * model.vocab_size / lay.pp
+    adam = ADAM_BYTES_PER_PARAM * params / (lay.dp if dist_opt else 1)
     return (per_micro * lay.num_microbatches + adam) / (gpu.elementwise_gb_per_s * 1e9)
 
 

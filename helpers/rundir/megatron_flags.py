@@ -1,10 +1,13 @@
 """A run's Megatron-Core calls (megatron.json) as Megatron-LM's command-line flags, found through
 Megatron-LM's own argument parser (`megatron.training.arguments.add_megatron_arguments`): a value
 becomes a flag when Megatron-LM's argument of that name has another default. So the flags are the
-ones `pretrain_gpt.py` would need to build the same model at the same layout, and they cannot name
-an option Megatron-LM does not have (the parser is asked, not a copied list).
+ones `pretrain_gpt.py` would need to build the same model at the same layout on GPUs with
+Transformer Engine, and they cannot name an option Megatron-LM does not have (the parser is asked,
+not a copied list). Every flag of the run directory's megatron-lm.sh is made here
+(helpers/rundir/megatron_lm.py adds data, tokenizer, iterations and checkpoints through `named`).
 
     flags(run.megatron)       -> ["--tensor-model-parallel-size 2", "--sequence-parallel", ...]
+    named({"train_iters": 5}) -> ["--train-iters 5"]
     unmapped(run.megatron)    -> the recorded values no Megatron-LM flag sets (set in code)"""
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ RENAMED = {
     "virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
     "bucket_size": "ddp_bucket_size",
     "grad_reduce_in_fp32": "accumulate_allreduce_grads_in_fp32",
+    "num_layers_in_first_pipeline_stage": "decoder_first_pipeline_num_layers",
+    "num_layers_in_last_pipeline_stage": "decoder_last_pipeline_num_layers",
 }
 # Recorded values Megatron-LM derives from other flags (so no flag of their own is needed):
 # dtypes from --bf16/--fp16, init methods from --init-method-std, KV channels and the FFN width
@@ -29,6 +34,15 @@ DERIVED = {"autocast_dtype", "pipeline_dtype", "params_dtype", "init_method", "o
            "distributed_timeout_minutes", "gated_linear_unit", "activation_func", "num_query_groups",
            "class", "pre_process", "post_process", "vp_stage", "max_sequence_length",
            "share_embeddings_and_output_weights", "vocab_size", "use_cpu_initialization"}
+# What the kit chooses for the machine its job ran on, not for the model or the layout: the fused
+# kernels it turns off without apex/Transformer Engine (or on CPU), its core-attention backend,
+# and the point-to-point settings Megatron-LM derives from the pipeline layout itself. A GPU
+# command leaves them to Megatron-LM's defaults for Transformer Engine.
+MACHINE = {"gradient_accumulation_fusion", "bias_activation_fusion", "bias_dropout_fusion",
+           "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "masked_softmax_fusion", "apply_rope_fusion",
+           "persist_layer_norm", "moe_grouped_gemm", "moe_permute_fusion", "attention_backend", "overlap_p2p_comm",
+           "batch_p2p_comm", "deallocate_pipeline_outputs", "transformer_impl"}
+TRANSFORMER_IMPL = "transformer_engine"  # what GPU users run; the kit's CPU substitutes are named in the script
 
 
 @functools.cache
@@ -67,7 +81,7 @@ def _special(calls: dict) -> list[str]:
     """Flags that stand for a combination of values rather than one field."""
     fields = calls["TransformerConfig"]["fields"]
     model = calls["model"][0] if calls.get("model") else {}
-    out = [f"--transformer-impl {calls.get('transformer_impl', 'local')}"]
+    out = [f"--transformer-impl {TRANSFORMER_IMPL}"]
     if fields.get("gated_linear_unit") and "silu" in str(fields.get("activation_func", "")):
         out.append("--swiglu")
     heads, groups = fields.get("num_attention_heads"), fields.get("num_query_groups")
@@ -80,7 +94,16 @@ def _special(calls: dict) -> list[str]:
     return out
 
 
+def _typed(action: argparse.Action, value):
+    """A recorded number as the argument's type reads it (a provider's rotary base 100000.0 for an
+    int argument is 100000)."""
+    if action.type is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def _flag(action: argparse.Action, value) -> str | None:
+    value = _typed(action, value)
     if value == action.default or (value is None and action.default in (None, False)):
         return None
     option = max(action.option_strings, key=len)
@@ -90,6 +113,8 @@ def _flag(action: argparse.Action, value) -> str | None:
         return None if value else option
     if isinstance(value, list) and action.nargs in ("+", "*"):
         return f"{option} {' '.join(str(v) for v in value)}"
+    if isinstance(value, list) and getattr(action.type, "__name__", "") == "tuple_type":  # --window-size 7,0
+        return f"{option} {','.join(str(v) for v in value)}"
     if isinstance(value, list):  # one argument that Megatron-LM parses itself, e.g. --moe-layer-freq [1,1,1]
         return f"{option} {json.dumps(value, separators=(',', ':'))}"
     return f"{option} {value}"
@@ -100,7 +125,7 @@ def flags(calls: dict) -> list[str]:
     actions, out = _actions(), []
     for name, value in recorded_values(calls):
         action = actions.get(RENAMED.get(name, name))
-        if name in DERIVED or action is None:
+        if name in DERIVED or name in MACHINE or action is None:
             continue
         if (flag := _flag(action, value)) is not None:
             out.append(flag)
@@ -112,7 +137,32 @@ def unmapped(calls: dict) -> dict:
     them in code; a Megatron-LM user would set them in a model provider)."""
     actions = _actions()
     return {name: value for name, value in recorded_values(calls)
-            if name not in DERIVED and RENAMED.get(name, name) not in actions}
+            if name not in DERIVED and name not in MACHINE and RENAMED.get(name, name) not in actions}
+
+
+def choices(name: str) -> tuple:
+    """The values Megatron-LM's argument `name` accepts (empty: any)."""
+    return tuple(_actions()[name].choices or ())
+
+
+def named(values: dict) -> list[str]:
+    """Flags for Megatron-LM arguments given by their names (`args.<name>`), each spelled by the
+    parser: True is the bare switch, None and False are left out, a list is the argument's words.
+    A name Megatron-LM does not have raises KeyError naming it."""
+    actions, out = _actions(), []
+    for name, value in values.items():
+        if name not in actions:
+            raise KeyError(f"Megatron-LM has no argument {name!r} (megatron.training.arguments)")
+        if value is None or value is False:
+            continue
+        option, value = actions[name].option_strings[0], _typed(actions[name], value)
+        if value is True:
+            out.append(option)
+        elif isinstance(value, (list, tuple)):
+            out.append(" ".join([option, *(str(v) for v in value)]))
+        else:
+            out.append(f"{option} {value}")
+    return out
 
 
 def parse(flag_list: list[str]) -> argparse.Namespace:

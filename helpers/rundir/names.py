@@ -5,11 +5,15 @@ from __future__ import annotations
 
 SPEC = "spec.json"  # the job as the workers read it
 MANIFEST = "manifest.json"  # spec, layout, model, versions, git revision, command, how to repeat
-METRICS = "metrics.jsonl"  # rank 0: one line per iteration
+MODEL = "model.json"  # the model as checked (preset or HF description) and the HF folder's record: workers build it
+DATA = "data.json"  # the data source as pinned before start (files, sizes, SHA-256): workers read it
+METRICS = "metrics.jsonl"  # rank 0: one line per logged iteration (every log_interval-th, and the last)
 MEGATRON = "megatron.json"  # what the job asked of Megatron-Core: its calls' arguments, configs, module trees
+MEGATRON_LM_SCRIPT = "megatron-lm.sh"  # the same job as Megatron-LM's pretrain_gpt.py command (GPU, Transformer Engine)
+BRIDGE_RECIPE = "bridge_recipe.py"  # the same job as a Megatron-Bridge recipe: config() -> ConfigContainer
 GROUPS = "groups.json"  # every rank's process groups from parallel_state
 RANKS = "ranks.json"  # per rank: host, device, parameter/gradient/optimizer bytes, local shapes
-COMM = "comm.jsonl"  # every torch.distributed call Megatron made, per rank and iteration
+COMM = "comm.jsonl"  # instruments: every torch.distributed call Megatron made, per rank and iteration
 TIMELINE = "timeline.jsonl"  # forward/backward per microbatch and chunk, p2p waits
 MOE = "moe.jsonl"  # tokens per expert, aux loss (MoE models)
 DEVICE_MEMORY = "device_memory.json"  # every rank's peak allocated/reserved bytes (GPU)
@@ -17,7 +21,7 @@ REPORT = "report.json"  # the smoke-test report card (eight checks)
 VALIDATION = "validation.jsonl"  # validation/test passes (real data)
 EVAL = "eval.json"  # eval_only: each checkpoint's loss in this layout vs the saving job's
 HF_PARITY = "hf_parity.json"  # hf_parity_layouts: per layout, logits vs transformers and the export check
-LINEAR_TENSORS = "linear_tensors.pt"  # KIT_CAPTURE_TENSORS=N: layer 0's GEMM operands at iteration N (rank 0)
+LINEAR_TENSORS = "linear_tensors.pt"  # capture_tensors_at=N: layer 0's GEMM operands at iteration N (rank 0)
 RESUMED = "resumed.json"  # the checkpoint a resumed job started from
 TENSORBOARD_EVENTS = "events.out.tfevents.*"  # rank 0: metrics.jsonl's numbers and the validation/test
 # losses for TensorBoard (`tensorboard --logdir runs`: one run per run directory)

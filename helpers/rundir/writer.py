@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -45,7 +46,7 @@ def write_error(run_dir: Path, rank: int, exc: BaseException, **facts) -> None:
 
 
 class Metrics:
-    """Rank 0 appends one JSON line per iteration, flushed so the runner can follow it."""
+    """Rank 0 appends one JSON line per logged iteration, flushed so the runner can follow it."""
 
     def __init__(self, run_dir: Path, enabled: bool):
         self._f = open(Path(run_dir) / names.METRICS, "a", buffering=1) if enabled else None
@@ -57,13 +58,36 @@ class Metrics:
 
 class Heartbeat:
     """Each rank records how far it got (logs/rank<N>.heartbeat.json). When a job hangs, the
-    ranks that are furthest behind are the stalled ones; the runner names them."""
+    ranks that are furthest behind are the stalled ones; the runner names them.
 
-    def __init__(self, run_dir: Path, rank: int):
+    A call only notes the phase (the training loop calls it several times per iteration); a
+    background thread writes the newest one at most once every `period_s`, so a rank that stops
+    moving has its last phase on disk within that time, and the runner's stall watchdog
+    (launch/torchrun.watch, stall_timeout_s) sees the steps stop. The thread keeps writing while
+    the rank's main thread is stuck: sleeping, or waiting inside a collective."""
+
+    def __init__(self, run_dir: Path, rank: int, period_s: float = 1.0):
         self._path = Path(run_dir) / names.heartbeat(rank)
         self._step = 0
+        self._latest: dict | None = None  # replaced by each call, never edited: one reference is one state
+        self._written: dict | None = None
+        self._lock = threading.Lock()
+        self._period_s = period_s
+        threading.Thread(target=self._keep_writing, name="kit-heartbeat", daemon=True).start()
 
     def __call__(self, phase: str, iteration: int = 0) -> None:
         self._step += 1
-        write_json(self._path, {"step": self._step, "phase": phase, "iteration": iteration,
-                                "time": time.time()})
+        self._latest = {"step": self._step, "phase": phase, "iteration": iteration, "time": time.time()}
+
+    def flush(self) -> None:
+        """Write the newest phase now (before an error file, or for a reader that needs it at once)."""
+        with self._lock:
+            latest = self._latest
+            if latest is not self._written:
+                write_json(self._path, latest)
+                self._written = latest
+
+    def _keep_writing(self) -> None:
+        while True:
+            self.flush()
+            time.sleep(self._period_s)

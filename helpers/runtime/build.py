@@ -72,14 +72,14 @@ def te_fp8_fields(spec: JobSpec) -> dict:
     scaling, "delayed" = TE's DelayedScaling, the same names as the kit's). A thin switch: TE cannot
     be installed on this kit's machines, so it has not run here. On the local backend the config
     keeps fp8 unset (Megatron would ignore it without TE) and the kit's FP8 linears come in
-    through the layer spec (layer_specs.py, fp8_linear.py)."""
+    through the layer spec (layers/specs.py, layers/fp8_linear.py)."""
     if spec.precision != "fp8" or spec.backend != "te":
         return {}
     return dict(fp8="hybrid", fp8_recipe=spec.fp8_recipe)
 
 
 def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bool) -> TransformerConfig:
-    """A preset's config: its architecture (every feature helpers/job/rules.py lets through) plus the job's fields."""
+    """A preset's config: its architecture (every feature helpers/job/rules/ lets through) plus the job's fields."""
     import torch.nn.functional as F
     from megatron.core.transformer import MLATransformerConfig
 
@@ -187,7 +187,7 @@ def local_fp8_recipe(spec: JobSpec) -> str | None:
 
 def hybrid_model(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -> torch.nn.Module:
     """Megatron's HybridModel (Mamba/attention/MLP/MoE layers by pattern) on the kit's local
-    hybrid stack (runtime/mamba/stack.py); pipeline stages cut the pattern by Megatron's own
+    hybrid stack (runtime/layers/mamba/stack.py); pipeline stages cut the pattern by Megatron's own
     select_pipeline_segment (first/last stage layer counts for uneven splits). No VPP (a rule)."""
     from megatron.core.models.hybrid.hybrid_model import HybridModel
 
@@ -204,52 +204,149 @@ def hybrid_model(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
         rotary_percent=options["rotary_percent"], rotary_base=options["rotary_base"])
 
 
-def wrap_ddp(config: TransformerConfig, chunks: list[torch.nn.Module], spec: JobSpec, device) -> list:
-    ddp_config = DistributedDataParallelConfig(
+def ddp_config(spec: JobSpec) -> DistributedDataParallelConfig:
+    """Megatron's DDP settings, derived from the job as Megatron-LM derives them from its flags
+    (training.py: get_megatron_ddp_config, resolve_ddp_bucket_size; arguments.py: validate_args)."""
+    overlap_grads, overlap_params = spec.overlap_grad_reduce == "on", spec.overlap_param_gather == "on"
+    return DistributedDataParallelConfig(
         grad_reduce_in_fp32=True,
-        overlap_grad_reduce=False,
+        overlap_grad_reduce=overlap_grads,
+        overlap_param_gather=overlap_params,
+        # Megatron-LM lines up the pipeline stages' parameter all-gathers (the schedule starts them
+        # through config.param_sync_func) under the interleaved schedule only; without VPP each
+        # stage's forward pre-hooks start its own.
+        align_param_gather=overlap_params and bool(spec.vpp),
         use_distributed_optimizer=spec.dist_opt,
+        bucket_size=spec.overlap_bucket_size if overlap_grads else None,  # off: one bucket, nothing starts early
     )
+
+
+def wrap_ddp(config: TransformerConfig, chunks: list[torch.nn.Module], spec: JobSpec, device) -> list:
+    ddp = ddp_config(spec)
     wrapped = []
     for i, chunk in enumerate(chunks):
         chunk.to(device)
         if config.bf16:
             chunk = Float16Module(config, chunk)
         wrapped.append(DistributedDataParallel(
-            config, ddp_config, chunk,
-            # As Megatron's training loop does: only the first chunk gets bucketing off
-            # when virtual pipelining would otherwise overlap buckets across chunks.
+            config, ddp, chunk,
+            # As Megatron-LM's get_model does: only the first virtual chunk is cut into buckets
+            # (with overlap_grad_reduce); every later chunk is reduced as one bucket.
             disable_bucketing=i > 0,
         ))
     return wrapped
 
 
-def optimizer(config: TransformerConfig, model: list, spec: JobSpec):
-    opt_config = OptimizerConfig(
+def optimizer_config(config: TransformerConfig, spec: JobSpec) -> OptimizerConfig:
+    """Megatron's optimizer settings: Adam (torch's AdamW without apex/TE) with the job's
+    hyperparameters, as Megatron-LM's get_megatron_optimizer_config takes them from its flags."""
+    return OptimizerConfig(
         optimizer="adam",
         lr=spec.lr,
         min_lr=spec.min_lr,
-        weight_decay=0.0,
+        weight_decay=spec.weight_decay,  # AdamW (decoupled); Megatron skips biases and 1-D weights
+        adam_beta1=spec.adam_beta1,
+        adam_beta2=spec.adam_beta2,
+        adam_eps=spec.adam_eps,
         clip_grad=spec.clip_grad,
         bf16=config.bf16,
         params_dtype=config.params_dtype,
         use_distributed_optimizer=spec.dist_opt,
+        overlap_param_gather=spec.overlap_param_gather == "on",  # as Megatron-LM passes its DDP flag here too
     )
-    opt = get_megatron_optimizer(opt_config, model)
+
+
+def optimizer(config: TransformerConfig, model: list, spec: JobSpec):
+    opt = get_megatron_optimizer(optimizer_config(config, spec), model)
     if not config.use_cpu_initialization:  # on GPU
         use_fused_adam(opt)
     return opt
 
 
+def loop_hooks(config: TransformerConfig, model: list, opt) -> None:
+    """The config hooks Megatron's schedule calls, set as Megatron-LM's train() sets them: the
+    gradient finalisation (DP reduce, then the TP and PP sums) and the loss scale; with
+    overlap_grad_reduce, no_sync (no bucket reduced before a chunk's last microbatch) and
+    start_grad_sync (the schedule starts each chunk's remaining buckets after its last backward);
+    with overlap_param_gather aligned across pipeline stages, start_param_sync."""
+    from megatron.core.distributed import finalize_model_grads
+
+    def per_chunk(hooks: list):
+        return hooks if len(hooks) > 1 else hooks[0]
+
+    ddp = model[0].ddp_config
+    config.finalize_model_grads_func = finalize_model_grads
+    config.grad_scale_func = opt.scale_loss
+    if ddp.overlap_grad_reduce:
+        config.no_sync_func = per_chunk([chunk.no_sync for chunk in model])
+        config.grad_sync_func = per_chunk([chunk.start_grad_sync for chunk in model])
+    if ddp.overlap_param_gather and ddp.align_param_gather:
+        config.param_sync_func = per_chunk([chunk.start_param_sync for chunk in model])
+
+
+class ParamGather:
+    """With overlap_param_gather the distributed optimizer's step leaves each updated parameter on
+    the rank that owns its shard, and Megatron's DDP all-gathers it inside the next forward pass
+    (forward pre-hooks; config.param_sync_func under the interleaved schedule). Megatron-LM's
+    train() keeps that off until the first step has run (a bad load must not spread through the
+    all-gather) and gathers synchronously whenever the weights are read outside a training
+    forward: evaluation, saves, the end of training. These are its steps in Megatron-Core's DDP
+    calls; without overlap_param_gather each one does nothing."""
+
+    def __init__(self, config: TransformerConfig, model: list, opt):
+        self.config, self.model, self.opt = config, model, opt
+        self.on = model[0].ddp_config.overlap_param_gather
+        self.hooked = self.on  # Megatron's DDP registers its forward pre-hooks when it is built
+        self.current = True  # every replica holds the same, up-to-date weights
+        self.param_sync_func = None
+
+    def hold(self) -> None:
+        """Before the first iteration: no forward pre-hooks, no param_sync_func."""
+        if self.hooked:
+            for chunk in self.model:
+                chunk.disable_forward_pre_hook(param_sync=False)
+            self.param_sync_func, self.config.param_sync_func = self.config.param_sync_func, None
+            self.hooked = False
+
+    def stepped(self, first: bool, last: bool) -> None:
+        """After opt.step(). After the first and the last step the weights are read outside a
+        training forward (the report card compares them across replicas): gathered now. Then the
+        first step turns the overlap on, and the last turns it off, as Megatron-LM's train() does."""
+        self.current = not self.on
+        if first or last:
+            self.now()
+        if first and self.on and not self.hooked:
+            for chunk in self.model:
+                chunk.enable_forward_pre_hook()
+            self.config.param_sync_func = self.param_sync_func
+            self.hooked = True
+        if last and self.hooked:
+            for chunk in self.model:
+                chunk.disable_forward_pre_hook(param_sync=False)
+            self.hooked = False
+
+    def now(self) -> None:
+        """Every replica's weights brought up to date by a synchronous all-gather (Megatron-LM's
+        force_param_sync) before evaluation or a save reads them; nothing when they are."""
+        if self.current:
+            return
+        self.opt.prepare_model_params_for_param_sync()
+        for chunk in self.model:
+            chunk.start_param_sync(force_sync=True)
+        self.current = True
+
+
 def lr_schedule(opt, spec: JobSpec, start: int):
     """Megatron's OptimizerParamScheduler, counted in iterations (Megatron's own loop counts samples:
     the same curve) and set to iteration `start`: the kit does not save the scheduler, its position
-    is the iteration, so a resumed job continues the curve. It writes each param group's lr before
-    every step; the defaults (no warm-up, constant) give lr at every step."""
+    is the iteration, so a resumed job continues the curve. It writes each param group's lr and
+    weight decay before every step (the decay constant: Megatron-LM's start and end weight decay
+    default to --weight-decay); the defaults (no warm-up, constant) give lr at every step."""
     schedule = OptimizerParamScheduler(
         opt, init_lr=0.0, max_lr=spec.lr, min_lr=spec.min_lr, lr_warmup_steps=spec.lr_warmup_iters,
         lr_decay_steps=max(spec.lr_decay_end, spec.lr_warmup_iters + 1),  # (Megatron asserts warm-up < decay; constant: unused)
-        lr_decay_style=spec.lr_decay, start_wd=0.0, end_wd=0.0, wd_incr_steps=1, wd_incr_style="constant")
+        lr_decay_style=spec.lr_decay, start_wd=spec.weight_decay, end_wd=spec.weight_decay, wd_incr_steps=1,
+        wd_incr_style="constant")
     schedule.step(start)
     return schedule
 

@@ -38,6 +38,7 @@ class Validation:
         worker, spec = self.worker, self.worker.spec
         if worker.splits is None:
             return None
+        worker.param_gather.now()  # overlap_param_gather: every replica's weights updated before they are read
         losses = [forward_only_loss(worker.model, batches.for_chunks(worker, split, j), spec, worker.device)
                   for j in range(spec.eval_iters)]
         record = {"split": split, "iteration": iteration, "loss": sum(losses) / len(losses), "batches": spec.eval_iters}

@@ -11,22 +11,21 @@ import torch
 import torch.distributed as dist
 
 
-def loss_func(loss_mask, scale, cp_group, output_tensor):
+def loss_func(loss_mask, cp_group, output_tensor):
     """Mean token loss of one microbatch. The clone matters: the schedule divides the returned
     loss in place by the number of microbatches, and we report the unscaled value.
-    `scale` is 1.0 except when a fault is injected (NaN).
     Context parallel: Megatron's schedule multiplies the loss by the CP size and DDP averages the
     gradients over DP x CP, so (as Megatron-LM's loss function does) the loss that is
     differentiated is this rank's token-loss sum over the token count of the *whole* sequence; the
     reported value stays this rank's mean (its CP peers' means average to the sequence's)."""
     losses = output_tensor.float()
     total, tokens = torch.sum(losses.view(-1) * loss_mask.view(-1)), loss_mask.sum()
-    mean = total / tokens * scale
+    mean = total / tokens
     loss = mean
     if cp_group is not None:
         all_tokens = tokens.detach().clone()
         dist.all_reduce(all_tokens, group=cp_group)
-        loss = total / all_tokens * scale
+        loss = total / all_tokens
     return loss, {"lm loss": mean.detach().clone()}
 
 
@@ -39,7 +38,7 @@ def to_device(t: torch.Tensor, device) -> torch.Tensor:
     return t.pin_memory().to(device, non_blocking=True)
 
 
-def forward_step(device, scale, data_iterator, model):
+def forward_step(device, data_iterator, model):
     """Megatron's forward_step_func: next microbatch (this CP rank's chunks of it), the model's
     per-token losses, and the loss function to reduce them."""
     from megatron.core import parallel_state as ps
@@ -50,7 +49,7 @@ def forward_step(device, scale, data_iterator, model):
         batch = get_batch_on_this_cp_rank(batch, is_hybrid_cp=False, cp_group=ps.get_context_parallel_group())
     output = model(batch["tokens"], batch["position_ids"], attention_mask=None, labels=batch["labels"])
     cp_group = ps.get_context_parallel_group() if ps.get_context_parallel_world_size() > 1 else None
-    return output, partial(loss_func, batch["loss_mask"], scale, cp_group)
+    return output, partial(loss_func, batch["loss_mask"], cp_group)
 
 
 def global_loss(losses_reduced, spec, device) -> float:
@@ -65,13 +64,13 @@ def global_loss(losses_reduced, spec, device) -> float:
     return float(local) / (spec.world_size // spec.pp)
 
 
-def forward_backward(worker, iterators: list, loss_scale: float = 1.0) -> list:
+def forward_backward(worker, iterators: list) -> list:
     """One training iteration's forward and backward passes over every microbatch, through
     Megatron's schedule. Returns the loss dicts of this rank's microbatches (last stage only)."""
     from helpers.precision import fp8_matmul
 
     with fp8_matmul.training_step():  # FP8 linears: each weight quantised once per step; delayed scales advance
-        return run_schedule(worker.model, iterators, worker.spec, partial(forward_step, worker.device, loss_scale),
+        return run_schedule(worker.model, iterators, worker.spec, partial(forward_step, worker.device),
                             forward_only=False)
 
 
@@ -97,7 +96,7 @@ def forward_only_loss(model: list, iterators: list, spec, device) -> float:
     for m in model:
         m.eval()
     with torch.no_grad():
-        out = run_schedule(model, iterators, spec, partial(forward_step, device, 1.0), forward_only=True)
+        out = run_schedule(model, iterators, spec, partial(forward_step, device), forward_only=True)
     for m in model:
         m.train()
     return global_loss(out, spec, device)

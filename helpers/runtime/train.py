@@ -26,17 +26,19 @@ from helpers.runtime.worker import Worker
 
 def model_provider(worker: Worker) -> list:
     """Megatron's TransformerConfig and this rank's GPTModel chunks (one per virtual pipeline
-    stage): a preset's, or an imported Hugging Face model's with its weights loaded."""
+    stage): a preset's, or an imported Hugging Face model's with its weights loaded. The model is
+    model.json's, as the rules checked it (nothing of the HF folder is read here but Bridge's own)."""
+    from helpers.rundir import prepared
     from helpers.runtime import build
 
     spec, on_cpu = worker.spec, worker.device.type == "cpu"
-    worker.model_desc = spec.model_preset()
+    worker.model_desc, worker.hf = prepared.model(worker.run_dir)
     if not spec.hf_model:
         worker.config = build.transformer_config(worker.model_desc, spec, on_cpu, spec.bf16)
         return build.model_chunks(worker.config, worker.model_desc, spec)
     from helpers.runtime.hf import config as hf_config
     from helpers.runtime.hf import weights as hf_weights
-    bridge = hf_config.open_bridge(spec.hf_model)
+    bridge = hf_config.open_bridge(worker.hf)
     worker.config = hf_config.provider_config(bridge, spec, on_cpu, spec.bf16)
     chunks = build.model_chunks(worker.config, worker.model_desc, spec)
     hf_weights.load(bridge, chunks)
@@ -46,8 +48,6 @@ def model_provider(worker: Worker) -> list:
 def wrap_for_training(worker: Worker, chunks: list) -> None:
     """Seed-checkpoint weights (the same start in every layout), Megatron's DDP and optimizer, and
     the config hooks Megatron's schedule calls (grad sync, loss scaling), as Megatron's loop wires them."""
-    from megatron.core.distributed import finalize_model_grads
-
     from helpers.runtime import build
     from helpers.runtime.checkpoint import io as checkpoint_io
 
@@ -56,9 +56,8 @@ def wrap_for_training(worker: Worker, chunks: list) -> None:
         checkpoint_io.load_model(chunks, worker.path(spec.env["KIT_SEED_CHECKPOINT"]))
     worker.model = build.wrap_ddp(config, chunks, spec, worker.device)
     worker.opt = build.optimizer(config, worker.model, spec)
-    config.finalize_model_grads_func = finalize_model_grads
-    config.grad_scale_func = worker.opt.scale_loss
-    config.no_sync_func = [m.no_sync for m in worker.model] if len(worker.model) > 1 else worker.model[0].no_sync
+    build.loop_hooks(config, worker.model, worker.opt)
+    worker.param_gather = build.ParamGather(config, worker.model, worker.opt)
 
 
 def train(worker: Worker) -> None:
@@ -74,14 +73,16 @@ def train(worker: Worker) -> None:
     validation = evaluation.Validation(worker)  # real data: the loss before training, the baseline
     validation.run("valid", start)
     scheduler = build.lr_schedule(opt, spec, start)  # Megatron's OptimizerParamScheduler, at `start`
+    worker.param_gather.hold()  # overlap_param_gather: the overlapped all-gather from the first step on
     for it in range(start, spec.iters):
-        loss_scale = observer.begin(it + 1)
+        observer.begin(it + 1)
         for chunk in model:
             chunk.zero_grad_buffer()  # Megatron's DDP keeps every gradient in one contiguous buffer
         opt.zero_grad()
-        losses = step.forward_backward(worker, batches.for_chunks(worker, "train", it), loss_scale)
-        observer.loss(losses)
-        ok, grad_norm, _ = opt.step()  # gradients all-reduced (or reduce-scattered) inside, then clipped
+        losses = step.forward_backward(worker, batches.for_chunks(worker, "train", it))
+        observer.loss(losses)  # the global-batch loss on logged iterations (log_interval)
+        ok, grad_norm, _ = opt.step()  # gradients reduced in forward_backward (finalize_model_grads), clipped
+        worker.param_gather.stepped(first=it == start, last=it == spec.iters - 1)
         observer.end(ok, grad_norm)
         scheduler.step(1)  # every iteration, as a resumed job counts (bf16/fp32 steps are never skipped)
         checkpoint.maybe_save(worker, it + 1)
@@ -99,7 +100,7 @@ def export_hf(worker: Worker) -> None:
     from helpers.runtime.hf import config as hf_config
     from helpers.runtime.hf import weights as hf_weights
     worker.beat("exporting to Hugging Face format")
-    hf_weights.export(hf_config.open_bridge(worker.spec.hf_model), [build.unwrap(m) for m in worker.model],
+    hf_weights.export(hf_config.open_bridge(worker.hf), [build.unwrap(m) for m in worker.model],
                       worker.path(worker.spec.export_hf))
 
 
@@ -109,7 +110,7 @@ def run(worker: Worker, seed_out: Path | None) -> None:
     from helpers.runtime import preflight, setup
     from helpers.runtime.checkpoint import io as checkpoint_io
     from helpers.runtime.checkpoint import policy as checkpoint
-    from helpers.runtime.measure import gather
+    from helpers.runtime.measure import faults, gather
 
     spec = worker.spec
     if spec.data != "synthetic" and seed_out is None and not spec.groups_only:
@@ -129,6 +130,7 @@ def run(worker: Worker, seed_out: Path | None) -> None:
     if seed_out is not None:  # a world-size-1 job whose only task is the seed checkpoint
         return checkpoint_io.save_model(chunks, seed_out)
     wrap_for_training(worker, chunks)
+    worker.faults = faults.install(worker)  # spec.faults: failures injected on purpose, through hooks
     worker.splits = worker.data.build() if worker.data else None  # Megatron's dataset builder (a cache hit)
     if spec.eval_only:  # with export_hf: a saved checkpoint written back as Hugging Face
         checkpoint.evaluate_only(worker)
@@ -144,6 +146,7 @@ def main() -> None:
     rank = int(os.environ.get("RANK", 0))
     writer.redirect_output(args.run_dir, rank)
     spec = JobSpec.read(args.run_dir / names.SPEC)
+    beat = writer.Heartbeat(args.run_dir, rank)
     try:
         with import_phase.without_gc():  # the heavy imports every rank makes: collector paused, then frozen
             if spec.device == "cpu":
@@ -151,11 +154,13 @@ def main() -> None:
                 cpu_compat.import_megatron_eagerly()
             import megatron.core  # noqa: F401  (on GPU with torch.compile, as Megatron-Core binds it)
             import torch._dynamo  # noqa: F401  (torch.optim imports it when the first optimizer is built)
-        run(Worker(spec, args.run_dir, rank, writer.Heartbeat(args.run_dir, rank)), args.seed_checkpoint_out)
+        run(Worker(spec, args.run_dir, rank, beat), args.seed_checkpoint_out)
     except BaseException as exc:
         from helpers.runtime.measure.comm_log import in_flight
+        beat.flush()  # the last phase reached, next to the error
         writer.write_error(args.run_dir, rank, exc, in_collective=in_flight())
         raise  # torchrun sees the failure and stops the other ranks
+    beat.flush()
     import torch.distributed as dist
     dist.destroy_process_group()
     exit_without_teardown()
@@ -167,7 +172,7 @@ def exit_without_teardown() -> None:
     cores before torchrun can notice the exit (minutes across the suite's few hundred jobs). What
     that teardown would have done and still must be done: stop this process's multiprocessing
     children, if any (left alone, they outlive the job; dist_checkpointing's spawned write-results
-    server was one, ~300 MB, until checkpoint/io.py gave the writer an in-process queue), and flush
+    server would be one, ~300 MB, but checkpoint/io.py gives the writer an in-process queue), and flush
     the output streams. torchrun's agent skips its teardown too (launch/torchrun_main.py)."""
     import multiprocessing
 

@@ -24,10 +24,13 @@ class Worker:
     device: torch.device | None = None  # set by setup.process_groups
     data: object | None = None  # real data tokenized on this node (data/indexed.Prepared); None: synthetic
     splits: dict | None = None  # Megatron datasets per split (train, valid, test); None: synthetic
-    model_desc: ModelPreset | None = None  # the architecture in the kit's terms (a preset or an HF config)
+    model_desc: ModelPreset | None = None  # the architecture in the kit's terms (model.json: a preset or an HF config)
+    hf: dict | None = None  # model.json's record of the HF folder imported (architectures, tensor spellings)
     config: object | None = None  # Megatron's TransformerConfig (a Bridge provider for an HF import)
     model: list | None = None  # the DDP-wrapped GPTModel chunks, one per virtual pipeline stage
     opt: object | None = None  # Megatron's optimizer (get_megatron_optimizer)
+    param_gather: object | None = None  # build.ParamGather: when the updated weights reach every replica
+    faults: object | None = None  # spec.faults' hooks on this rank (measure/faults.Injected); None: none
 
     @property
     def dp_rank(self) -> int:

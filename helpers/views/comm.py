@@ -21,8 +21,8 @@ ALL_GATHER = ("all_gather_into_tensor", "_all_gather_base", "all_gather")
 def records(run: RunDir, include_trivial: bool = False) -> list[dict]:
     path = run.path / names.COMM
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: the run finished before its last iteration, or it "
-                                "was made by a kit without communication logging; run the job again")
+        raise FileNotFoundError(f"{path} is missing: the job ran without instruments (instruments='off'; auto "
+                                "is off on cuda) or stopped before its last iteration; run it with instruments='on'")
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     return rows if include_trivial else [r for r in rows if len(r["group"]) > 1]
 

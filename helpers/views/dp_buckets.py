@@ -5,9 +5,10 @@ it, steps its shard and all-gathers the parameters back. Notebook side only.
 The buckets are Megatron's own: `bucket_layout` hands the model's parameter sizes (meta tensors,
 no memory) to the same layout functions Megatron's DDP uses (parameters in reverse order, a bucket
 closes once it holds `bucket_size` elements; with the distributed optimizer each parameter starts
-on a 64-element boundary and each bucket is padded to a multiple of lcm(DP, 128)). The kit itself
-runs one bucket (overlap_grad_reduce=False); a smaller `bucket_size` shows what overlapping would
-cut. Bytes per rank are the ring formulas of comm.wire_bytes."""
+on a 64-element boundary and each bucket is padded to a multiple of lcm(DP, 128)). A job without
+overlap_grad_reduce (the CPU's default) runs one bucket; with it, buckets of ddp_bucket_size
+(Megatron's default about 40M elements); a smaller `bucket_size` here shows what they cut. Bytes
+per rank are the ring formulas of comm.wire_bytes."""
 from __future__ import annotations
 
 import math

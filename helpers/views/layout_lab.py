@@ -177,7 +177,7 @@ class LayoutLab:
                 return None
             self.last_run, self._ran = run, (self.layout, self.model.name)
             same = probe.mismatches(Layout.of(run.spec), run.groups) == []
-            print(f"final loss {run.final_loss:.4f} after {len(run.losses)} iteration(s); live process groups "
+            print(f"final loss {run.final_loss:.4f} after {run.metrics[-1]['iteration']} iteration(s); live process groups "
                   f"{'match' if same else 'DIFFER from'} the predicted rank grid | {run.path.name}")
             short = self.layout.describe().split(": ", 1)[1].split(";")[0]  # "dense TP2 CP1 DP2 PP1 +SP"
             fig, ax = plt.subplots(figsize=(6, 3))

@@ -1,6 +1,7 @@
 """What a run asked of Megatron, beside what the learner asked of the kit: the kit's arguments, the
 Megatron-Core calls the workers made with those values (read from the run directory's
-megatron.json, written by the workers themselves), Megatron-LM's flags for the same job, and one
+megatron.json, written by the workers themselves), the same job as Megatron-LM's command (the run
+directory's megatron-lm.sh, checked here with Megatron-LM's own parse_args + validate_args), and one
 rank's modules with their local shapes, each marked Megatron-Core's own or the kit's substitute.
 
     megatron_calls.show(run)          # in a notebook: the three panels as HTML
@@ -13,8 +14,9 @@ import html
 import inspect
 import re
 
+from helpers.errors import MegatronRefused
 from helpers.job.spec import JobSpec
-from helpers.rundir import megatron_flags
+from helpers.rundir import megatron_lm, megatron_lm_check, names
 
 # TransformerConfig fields Megatron fills in itself or that only say "the defaults of this build"
 # (init methods from init_method_std, dtypes, CUDA-graph and recompute lists): left out of the code view.
@@ -77,10 +79,22 @@ def code(run) -> str:
 
 
 def launch_line(run) -> str:
-    """Megatron-LM's command for the same model and layout (data and tokenizer flags aside)."""
-    nproc = run.spec.world_size
-    flags = megatron_flags.flags(run.megatron)
-    return f"torchrun --nproc-per-node {nproc} pretrain_gpt.py \\\n    " + " \\\n    ".join(flags)
+    """Megatron-LM's command for the same job: the run directory's megatron-lm.sh (made from
+    megatron.json when the run has none)."""
+    path = run.path / names.MEGATRON_LM_SCRIPT
+    return path.read_text() if path.exists() else megatron_lm.script(run.megatron, run.spec, run.path)
+
+
+def verdict(run) -> str:
+    """What Megatron-LM's own parse_args + validate_args say of the command, in one line."""
+    try:
+        args = megatron_lm_check.check_megatron_lm_command(launch_line(run), run.spec.world_size)
+    except MegatronRefused as e:
+        return f"REFUSED by Megatron-LM: {str(e).splitlines()[0]}"
+    return (f"accepted by Megatron-LM's parse_args + validate_args at world size {args.world_size}: "
+            f"TP={args.tensor_model_parallel_size} PP={args.pipeline_model_parallel_size} "
+            f"CP={args.context_parallel_size} EP={args.expert_model_parallel_size} DP={args.data_parallel_size}, "
+            f"micro batch {args.micro_batch_size}, global batch {args.global_batch_size}")
 
 
 def origin(row: dict) -> str:
@@ -109,12 +123,14 @@ def text(run, rank: int = 0) -> str:
     tree = "\n".join(f"  {r['name']:<46} {r['class']:<28} {r['origin']:<15} "
                      + ", ".join(f"{k} {tuple(v)}" for k, v in r["params"].items()) for r in rows)
     return (f"the kit: launch.run({', '.join(f'{k}={v!r}' for k, v in kit_arguments(run).items())})\n\n"
-            f"Megatron-Core:\n{code(run)}\n\nMegatron-LM:\n{launch_line(run)}\n\nrank {rank}'s modules:\n{tree}")
+            f"Megatron-Core:\n{code(run)}\n\nMegatron-LM ({names.MEGATRON_LM_SCRIPT}; {verdict(run)}):\n"
+            f"{launch_line(run)}\n\nrank {rank}'s modules:\n{tree}")
 
 
 def show(run, rank: int = 0):
-    """The kit's arguments, Megatron-Core's calls and Megatron-LM's flags side by side, then one
-    rank's modules (kit substitutes highlighted). HTML in a notebook, text elsewhere."""
+    """The kit's arguments, Megatron-Core's calls and Megatron-LM's command (checked by Megatron-LM's
+    own argument checks) side by side, then one rank's modules (kit substitutes highlighted). HTML
+    in a notebook, text elsewhere."""
     try:
         from IPython import get_ipython
         from IPython.display import HTML, display
@@ -127,7 +143,7 @@ def show(run, rank: int = 0):
     kit = "launch.run(\n" + "".join(f"    {k}={v!r},\n" for k, v in kit_arguments(run).items()) + ")"
     pre = 'style="font-size:11px;margin:0;white-space:pre"'
     cells = [("you asked the kit", kit), ("the workers asked Megatron-Core", code(run)),
-             ("Megatron-LM, the same job", launch_line(run))]
+             (f"Megatron-LM, the same job ({names.MEGATRON_LM_SCRIPT})", launch_line(run))]
     head = "".join(f"<th style='text-align:left'>{html.escape(t)}</th>" for t, _ in cells)
     body = "".join(f"<td style='vertical-align:top'><pre {pre}>{html.escape(c)}</pre></td>" for _, c in cells)
     rows = "".join(
@@ -137,6 +153,8 @@ def show(run, rank: int = 0):
         f"<td>{html.escape(', '.join(f'{k} {tuple(v)}' for k, v in r['params'].items()))}</td></tr>"
         for r in module_rows(run, rank))
     display(HTML(f"<table><tr>{head}</tr><tr>{body}</tr></table>"
+                 f"<p><b>{names.MEGATRON_LM_SCRIPT}</b>: {html.escape(verdict(run))}; the same job as a "
+                 f"Megatron-Bridge recipe: <code>{names.BRIDGE_RECIPE}</code> in the run directory</p>"
                  f"<p><b>rank {rank}'s modules</b> (layer 0 shown; the other layers repeat it; "
                  f"yellow: the kit's substitute for a Transformer Engine module)</p>"
                  f"<table><tr><th>module</th><th>class</th><th>from</th><th>local shapes</th></tr>{rows}</table>"))

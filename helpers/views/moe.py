@@ -13,8 +13,9 @@ from helpers.rundir.reader import RunDir
 def rows(run: RunDir) -> list[dict]:
     path = run.path / names.MOE
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: not a MoE model, or the run stopped before its last "
-                                "iteration, or it was made by a kit without router logging")
+        raise FileNotFoundError(f"{path} is missing: not a MoE model, or the job ran without instruments "
+                                "(instruments='off'; auto is off on cuda) or stopped before its last iteration; "
+                                "run it with instruments='on'")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 

@@ -27,8 +27,8 @@ from helpers.rundir.reader import RunDir
 def events(run: RunDir) -> list[dict]:
     path = run.path / names.TIMELINE
     if not path.exists():
-        raise FileNotFoundError(f"{path} is missing: the job did not finish, or it was made by a kit "
-                                "without timeline recording; run it again")
+        raise FileNotFoundError(f"{path} is missing: the job ran without instruments (instruments='off'; auto "
+                                "is off on cuda) or stopped before its last iteration; run it with instruments='on'")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 

@@ -48,7 +48,7 @@ def trios(out):
             straight = launch.run(**BATCH, **layout, out=out, iters=2 * N)
             with pytest.raises(launch.JobFailed) as err:
                 launch.run(**BATCH, **layout, out=out, iters=2 * N, save_interval=case["save_interval"],
-                           env={"KIT_FAULT": case["fault"]})
+                           faults=[case["fault"]])
             crashed = err.value.run
             assert "torchrun exit code -9" in str(err.value), str(err.value)  # SIGKILL, not an error
             resumed = launch.run(**BATCH, **layout, out=out, iters=2 * N, save_interval=case["save_interval"],

@@ -1,16 +1,12 @@
 """Hugging Face import through Megatron-Bridge, on CPU in fp32, with the kit's tiny
 random HF models (helpers/launch/tiny_hf.py: every family, norms randomised).
 
-* every family's logits equal transformers' in every layout it can take (one torchrun job for all:
+Which layouts each tiny model is checked at, and why those: its family's record in
+helpers/job/families.py (`Tiny.parity`, `Tiny.trained`).
+* every family's logits equal transformers' in every layout of its record (one torchrun job for all:
   helpers/launch/hf_check.py), and import -> export without training is bit-identical;
-* each family added to the kit's builder trains 5 iterations at the layout that exercises it with
-  the losses of one process: Qwen2 (QKV biases) at TP=2, Mistral (sliding window) at CP=2, where
-  the window crosses the load-balanced chunks, DeepSeek-V3 and GLM-4.5 (sigmoid routing with a
-  routing bias, expert groups, shared experts; GLM's partial rotary) at EP=2, OLMoE (q/k norms over
-  all heads, split by heads) at TP=2+SP, GPT-OSS (attention sinks, alternating sliding windows,
-  biased experts), GLM-4.7-Flash (MLA with sigmoid routing) and Hunyuan V3 at EP=2, Gemma (scaled embeddings on the
-  first stage, tied to the last) at PP=2, Gemma 2 (sandwich norms, soft caps, windows) at TP=2+SP,
-  Gemma 3 (a rotary table per kind of layer, q/k norms) at PP=2 and CP=2;
+* each family whose record names a training layout (the one that exercises what it adds to the
+  kit's builder) trains 5 iterations there with the losses of one process; Gemma 3 also at CP=2;
 * MLA (DeepSeek-V2 with q-LoRA, all layers dense) trains 5 iterations at TP=2 without SP and at
   CP=2 with the losses of one process; the K-RoPE gradient fix (helpers/runtime/layers/mla.py) is what
   makes TP=2 agree;
@@ -25,6 +21,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from helpers import launch
+from helpers.job import families
 from helpers.launch import hf_check, tiny_hf
 from helpers.memory.vs_measured import static_mismatches
 
@@ -38,17 +35,7 @@ def hf(tmp_path_factory):
     return {family: str(tiny_hf.make(family, root / family)) for family in tiny_hf.FAMILIES}
 
 
-DENSE = [dict(), dict(tp=2), dict(pp=2), dict(tp=2, sp=True)]  # dict() = TP=1 (DP=2)
-MOE = [dict(), dict(tp=2, sp=True), dict(ep=2), dict(tp=2, sp=True, ep=2, etp=1)]  # MoE+TP needs SP
-CASES = ([dict(family=f, **s) for f in ("llama", "qwen3") for s in DENSE]
-         + [dict(family="qwen2", **s) for s in DENSE[:2]] + [dict(family="mistral", **s) for s in (DENSE[0], DENSE[3])]
-         + [dict(family=f, **s) for f in ("dsv3", "glm4moe", "glm47flash", "hyv3") for s in MOE[:1] + MOE[2:3]]
-         + [dict(family="olmoe", **s) for s in MOE[:3]] + [dict(family="gemma", **s) for s in DENSE[:3]]
-         + [dict(family=f, **s) for f in ("gemma2", "gemma3") for s in (DENSE[0], DENSE[3], DENSE[2])]
-         + [dict(family="gptoss", **s) for s in (dict(), dict(tp=2, sp=True, etp=1), dict(ep=2))]
-         + [dict(family="qwen3moe", **s) for s in MOE + [dict(pp=2)]]
-         + [dict(family="dsv2", **s) for s in MOE + [dict(pp=2, first_stage_layers=2, last_stage_layers=1)]]
-         + [dict(family="dsv2lite", **s) for s in MOE[:3]])
+CASES = [dict(family=name, **layout) for name, tiny in families.TINY.items() for layout in tiny.parity]
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +56,7 @@ def test_logits_equal_transformers_and_export_is_bit_identical(parity, hf, index
 
 
 # family -> the layout that exercises what it adds (a global batch of 4: EP=2 on 2 ranks is DP=2)
-TRAINED = {"qwen2": dict(tp=2), "mistral": dict(cp=2), "dsv3": dict(ep=2), "glm4moe": dict(ep=2),
-           "olmoe": dict(tp=2, sp=True), "gptoss": dict(ep=2), "glm47flash": dict(ep=2),
-           "hyv3": dict(ep=2), "gemma": dict(pp=2),
-           "gemma2": dict(tp=2, sp=True), "gemma3": dict(pp=2)}
+TRAINED = {name: tiny.trained for name, tiny in families.TINY.items() if tiny.trained}
 
 
 @pytest.fixture(scope="module")

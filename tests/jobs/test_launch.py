@@ -36,7 +36,7 @@ def timed_out(tmp_path_factory):
         t0 = time.monotonic()
         try:
             launch.run(out=out, device="cpu", progress=False, iters=3, tp=2, timeout_s=40,
-                       env={"KIT_FAULT": "hang@2:rank1"})
+                       faults=["hang@2:rank1"])
         except Exception as e:
             return time.monotonic() - t0, e
         return time.monotonic() - t0, None
@@ -79,7 +79,7 @@ def test_megatron_local_attention_matches_the_kit_sdpa_attention(reference, runs
     run = launch.run(**runs, **BATCH, attention="megatron_local")
     built = [next(c for c in r.report["checks"] if c["name"] == "model")["evidence"] for r in (reference, run)]
     assert [b["core_attention"] for b in built] == ["SDPACoreAttention", "DotProductAttention"]
-    assert [b["backend"] for b in built] == ["local", "local"]  # auto on CPU (helpers/job/backend.py)
+    assert [b["backend"] for b in built] == ["local", "local"]  # auto on CPU (helpers/job/rules/resolve.py)
     assert _rel(run.losses, reference.losses) <= RTOL, (run.losses, reference.losses)
 
 

@@ -50,7 +50,7 @@ def test_node_local_checkpoints_are_refused_then_consolidated_and_resumed_exactl
     local = "$KIT_NODE_DIR/checkpoints"
     with pytest.raises(launch.JobFailed):  # kill -9 of node 1 (its agent and ranks) as iteration 3 starts
         multinode.simulate(**TWO_NODES, out=str(tmp_path), iters=4, save_interval=2, save_dir=local,
-                           node_dirs=nodes, env={"KIT_FAULT": "killjob@3:rank2"})
+                           node_dirs=nodes, faults=["killjob@3:rank2"])
     roots = [n / "checkpoints" for n in nodes]
     assert (roots[0] / "latest").exists() and not (roots[1] / "latest").exists()
     assert {p.name for p in (roots[1] / "iter_0000002").glob("*.distcp")} == {"__2_0.distcp", "__3_0.distcp"}
@@ -101,7 +101,7 @@ def test_a_peer_hanging_in_a_two_node_load_is_named_at_the_timeout(shared):
     base, _ = shared
     with pytest.raises(launch.JobTimeout) as err:
         multinode.simulate(**{**TWO_NODES, "timeout_s": 300}, stall_timeout_s=STALL, out=str(base), iters=3,
-                           load_dir=str(base / "ckpt"), env={"KIT_FAULT": "hang_during_load@2:rank3"})
+                           load_dir=str(base / "ckpt"), faults=["hang_during_load@2:rank3"])
     assert f"made no progress for {STALL} s" in str(err.value)
     assert err.value.ranks == [3]
     assert "stalled rank(s): [3]" in str(err.value)

@@ -92,7 +92,7 @@ def test_sft_dp2_passes_and_matches_one_process(sft_single, out):
 def test_a_nan_fails_the_card_and_names_the_iteration(out):
     with pytest.raises(launch.JobFailed):
         launch.run(out=out, device="cpu", progress=False, data="sft", iters=3, micro_batch=2, seq_len=32,
-                   name="nan", env={"KIT_FAULT": "nan@2"})
+                   name="nan", faults=["nan@2"])
     run = launch.RunDir(max((p for p in __import__("pathlib").Path(out).glob("nan-*")), key=lambda p: p.name))
     checks = {c["name"]: c for c in run.report["checks"]}
     assert not run.report["passed"]

@@ -4,12 +4,14 @@ generated table, every refused architecture's folder is refused before start wit
 pieces named, and every supported one names a test that exists. (That the source scan equals
 Bridge's live registry: tests/unit/test_hf_model.py, in the subprocess that imports all of Bridge.)"""
 import ast
+import fnmatch
+import re
 from pathlib import Path
 
 import pytest
 
 from helpers import launch
-from helpers.job import architectures, hf_model
+from helpers.job import architectures, families, hf_model
 from helpers.launch import cli, tiny_hf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +47,32 @@ def test_the_docs_page_and_the_command_line_print_the_generated_table(capsys):
         "regenerate: python -m helpers --list-architectures > docs/architectures.md"
     cli.main(["--list-architectures"])
     assert capsys.readouterr().out == table
+
+
+def test_every_family_record_is_one_answer():
+    """helpers/job/families.py: no architecture, model type or tiny model in two records; a supported
+    family has a tiny model of its own model type, its row, and is named by the tests its tiny models
+    are checked in; a refused one has only pieces the architecture table knows."""
+    import transformers
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    records = families.FAMILIES
+    for key in ("architectures", "model_types"):
+        listed = [x for f in records for x in getattr(f, key)]
+        assert len(listed) == len(set(listed)), key
+    assert len(families.TINY) == sum(len(f.tiny) for f in records)
+    for f in records:
+        assert all(r.piece in architectures.PIECES for r in f.config_refusals), f.name
+        if not f.supported:
+            assert all(p in architectures.PIECES for p in f.missing) and not f.tiny, f.name
+            continue
+        assert f.tiny and f.exercises and f.layouts and f.test, f.name
+        patterns = re.findall(re.escape(families.HF_IMPORT_TEST) + r"\[([^]]+)\]", f.test)
+        for tiny in f.tiny:
+            model_type = getattr(transformers, tiny.config_class).model_type
+            assert model_type in f.model_types and MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type] in f.architectures
+            assert not tiny.parity or any(fnmatch.fnmatch(f"{tiny.name}-tp1", p) for p in patterns), tiny.name
+            assert not tiny.trained or f"{families.TRAIN_TEST}[{tiny.name}]" in f.test, tiny.name
 
 
 def _defined_tests(path: Path) -> set[str]:

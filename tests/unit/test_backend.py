@@ -16,16 +16,16 @@ GPU = Environment(cuda_devices=1)
 
 
 def test_auto_is_te_only_on_a_gpu_with_te():
-    assert rules.resolve(JobSpec(), GPU_WITH_TE).backend == "te"
-    assert rules.resolve(JobSpec(), GPU).backend == "local"
-    assert rules.resolve(JobSpec(), rules.CPU_ONLY).backend == "local"
-    assert rules.resolve(JobSpec(backend="local"), GPU_WITH_TE).backend == "local"
+    assert rules.resolve(JobSpec(), GPU_WITH_TE).spec.backend == "te"
+    assert rules.resolve(JobSpec(), GPU).spec.backend == "local"
+    assert rules.resolve(JobSpec(), rules.CPU_ONLY).spec.backend == "local"
+    assert rules.resolve(JobSpec(backend="local"), GPU_WITH_TE).spec.backend == "local"
 
 
 def test_auto_attention_follows_the_backend():
-    assert rules.resolve(JobSpec(), GPU_WITH_TE).attention == "transformer_engine"
-    assert rules.resolve(JobSpec(), GPU).attention == "sdpa"
-    assert rules.resolve(JobSpec(attention="megatron_local"), GPU).attention == "megatron_local"
+    assert rules.resolve(JobSpec(), GPU_WITH_TE).spec.attention == "transformer_engine"
+    assert rules.resolve(JobSpec(), GPU).spec.attention == "sdpa"
+    assert rules.resolve(JobSpec(attention="megatron_local"), GPU).spec.attention == "megatron_local"
 
 
 def names(spec, env):

@@ -3,23 +3,16 @@ Megatron-Core's own expert MLP, with GPT-OSS's activation as Megatron-Bridge con
 quick-GELU gate, up + 1), against transformers' GptOssExperts on the same input and weights:
 outputs and every weight gradient equal. And why the class exists: Megatron's stock
 RowParallelLinear in the same MLP cannot be trained (its in-place bias add on the TP reduction's
-output is refused by autograd). One process (gloo, world size 1), in a subprocess: Megatron's
-parallel state is process-wide."""
+output is refused by autograd). In the session's Megatron child (tests/unit/conftest.py:
+megatron_cpu): Megatron's parallel state and the CPU compatibility layer are process-wide."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
 SCRIPT = """
-import json, torch, torch.distributed as dist
-from helpers.runtime.compat import cpu as cpu_compat
-cpu_compat.import_megatron_eagerly()  # as the kit's CPU workers: quick_gelu runs eagerly, no compiler needed
-cpu_compat.activate()
-from megatron.core import parallel_state as ps
-from megatron.core.fusions.fused_bias_geglu import quick_gelu
-from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+import json, torch
+from megatron.core.fusions.fused_bias_geglu import quick_gelu  # eager: the child imports Megatron as CPU workers do
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from megatron.core.transformer import TransformerConfig
 from megatron.core.transformer.mlp import MLP, MLPSubmodules
@@ -27,9 +20,6 @@ from transformers import GptOssConfig
 from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts
 from helpers.runtime.layers.biased_experts import RowParallelLinearForBiasedExperts
 
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29563", rank=0, world_size=1)
-ps.initialize_model_parallel()
-model_parallel_cuda_manual_seed(0)
 HIDDEN, FFN, TOKENS = 64, 48, 10
 config = TransformerConfig(num_layers=1, hidden_size=HIDDEN, num_attention_heads=4, ffn_hidden_size=FFN,
                            use_cpu_initialization=True, add_bias_linear=True, gated_linear_unit=True,
@@ -78,12 +68,8 @@ print(json.dumps(result))
 """
 
 
-def test_equals_transformers_gpt_oss_experts_and_trains_where_the_stock_linear_cannot():
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], capture_output=True, text=True,
-                          timeout=300, env={"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "PATH": "",
-                                            "PYTHONPATH": ":".join(sys.path)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+def test_equals_transformers_gpt_oss_experts_and_trains_where_the_stock_linear_cannot(megatron_cpu):
+    got = json.loads(megatron_cpu(textwrap.dedent(SCRIPT)).strip().splitlines()[-1])
     assert got["bias_returned"] is False  # added inside the expert, scaled by its router weight
     for key in ("out", "fc1", "fc2", "fc2_bias"):
         assert got[key] <= 1e-6, (key, got)  # fp32: measured <= 5e-7

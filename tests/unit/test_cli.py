@@ -30,11 +30,17 @@ def test_help_lists_every_user_field_with_its_doc():
     (["--no-load-optimizer", "--no-seed-checkpoint"], dict(load_optimizer=False, seed_checkpoint=False)),
     (["--data", "wikitext", "--tokenizer", "gpt2", "--data-dir", "generated"],
      dict(data="wikitext", tokenizer="gpt2", data_dir="generated")),
-    (["--env", "KIT_FAULT=nan@2", "--model-overrides", "num_layers=2"],
-     dict(env={"KIT_FAULT": "nan@2"}, model_overrides={"num_layers": 2})),
+    (["--env", "NCCL_DEBUG=INFO", "--model-overrides", "num_layers=2"],
+     dict(env={"NCCL_DEBUG": "INFO"}, model_overrides={"num_layers": 2})),
     (["--timeout", "30"], dict(timeout_s=30.0)),
+    (["--faults", "nan@2"], dict(faults=["nan@2"])),  # a list even with one
+    (["--faults", "raise@2:rank1", "hang_during_save@3", "--log-interval", "5", "--instruments", "off",
+      "--capture-tensors-at", "3", "--torch-profile", "p.txt", "--torch-profile-mode", "device"],
+     dict(faults=["raise@2:rank1", "hang_during_save@3"], log_interval=5, instruments="off", capture_tensors_at=3,
+          torch_profile="p.txt", torch_profile_mode="device")),
     ([], {}),
-], ids=["layout", "checkpoints", "eval-only-several", "turn-off", "data", "key-value", "alias", "defaults"])
+], ids=["layout", "checkpoints", "eval-only-several", "turn-off", "data", "key-value", "alias", "one-fault",
+        "recording-and-faults", "defaults"])
 def test_flags_build_the_same_jobspec_as_the_api(argv, expected):
     assert spec_from_args(parser().parse_args(argv)) == JobSpec(**expected)
 

@@ -1,43 +1,40 @@
-"""The CPU compatibility layer, unit by unit. It patches torch globally, so each check runs in a
-fresh interpreter."""
+"""The CPU compatibility layer, unit by unit. It patches torch globally and for good, so never in
+the pytest process: the checks of the active layer run in the session's Megatron child
+(tests/unit/conftest.py: megatron_cpu, where it is active as in a CPU worker), the checks of what
+happens before it is activated each in a fresh interpreter."""
 import subprocess
 import sys
 import textwrap
 
 
-def _run(code: str) -> str:
-    prelude = ("import megatron.core\nfrom helpers.runtime.compat import cpu as cpu_compat\ncpu_compat.activate()\n"
-               "import torch\n")
-    out = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True,
-                         text=True, env={"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "PATH": ""})
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout.strip()
+def _run(megatron_cpu, code: str) -> str:
+    return megatron_cpu("import torch\n" + textwrap.dedent(code)).strip()
 
 
-def test_cuda_device_literals_land_on_cpu():
-    assert _run("""
+def test_cuda_device_literals_land_on_cpu(megatron_cpu):
+    assert _run(megatron_cpu, """
         print(torch.zeros(2, device="cuda").device, torch.tensor([1.0], device="cuda:0").device,
               torch.empty(3, device=torch.cuda.current_device()).device)
     """) == "cpu cpu cpu"
 
 
-def test_dot_cuda_and_pinned_memory_are_no_ops():
-    assert _run("""
+def test_dot_cuda_and_pinned_memory_are_no_ops(megatron_cpu):
+    assert _run(megatron_cpu, """
         x = torch.ones(2)
         y = torch.tensor([0, 1], device="cpu", pin_memory=True).cuda(non_blocking=True)
         print(x.cuda() is x, x.pin_memory() is x, y.tolist())
     """) == "True True [0, 1]"
 
 
-def test_type_strings_accept_cpu_tensors():
-    assert _run("""
+def test_type_strings_accept_cpu_tensors(megatron_cpu):
+    assert _run(megatron_cpu, """
         print(torch.ones(1).type(), torch.ones(1, dtype=torch.bfloat16).type(),
               torch.ones(1).type(torch.float64).dtype)
     """) == "torch.cuda.FloatTensor torch.cuda.BFloat16Tensor torch.float64"
 
 
-def test_streams_and_events_are_harmless():
-    assert _run("""
+def test_streams_and_events_are_harmless(megatron_cpu):
+    assert _run(megatron_cpu, """
         s = torch.cuda.Stream(); e = torch.cuda.Event()
         s.wait_stream(torch.cuda.current_stream()); e.record(); torch.cuda.synchronize()
         with torch.cuda.stream(s):
@@ -46,10 +43,11 @@ def test_streams_and_events_are_harmless():
     """) == "2.0"
 
 
-def test_rng_tracker_forks_the_cpu_generator_and_restores_it():
-    out = _run("""
+def test_rng_tracker_forks_the_cpu_generator_and_restores_it(megatron_cpu):
+    out = _run(megatron_cpu, """
         from megatron.core.tensor_parallel.random import get_cuda_rng_tracker
         tracker = get_cuda_rng_tracker()
+        tracker.reset()  # the child seeded it for every script; this check adds its own seed
         tracker.add("model-parallel-rng", 1234)
         torch.manual_seed(1)
         before = torch.get_rng_state().clone()
@@ -64,8 +62,8 @@ def test_rng_tracker_forks_the_cpu_generator_and_restores_it():
     assert out == "True True"
 
 
-def test_alltoall_split_sizes_become_numpy():
-    assert _run("""
+def test_alltoall_split_sizes_become_numpy(megatron_cpu):
+    assert _run(megatron_cpu, """
         from megatron.core.transformer.moe import token_dispatcher
         t = torch.tensor([1, 2, 3])
         print(type(token_dispatcher.maybe_move_tensor_to_cpu(t, as_numpy=True)).__name__,

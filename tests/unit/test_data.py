@@ -69,7 +69,7 @@ def test_shared_data_resolves_with_the_valid_file_carved_into_train_and_valid():
     src = data.resolve(spec)
     assert src.origin == "local" and set(src.files) == {"valid", "test"}
     assert "first 90%" in src.splits["train"] and src.splits["test"] == "wiki.test.raw"
-    d = data.record(spec, src)
+    d = data.record(spec, data.pin(src))
     assert d["sha256"]["valid"].startswith("4cd0f687") and d["sha256"]["test"].startswith("173c87a5")
 
 
@@ -125,7 +125,7 @@ def test_megatron_gpt_dataset_over_the_kit_files(tmp_path, monkeypatch):
     monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path))
     spec = JobSpec(data="wikitext", data_dir="generated", tokenizer="byte", seq_len=32, iters=3, micro_batch=2,
                    eval_iters=1)
-    prep = indexed.Prepared(spec, data.resolve(spec))
+    prep = indexed.Prepared(spec, data.pin(data.resolve(spec)))
     prep.ensure_tokenized()
     splits = prep.build()
     s = splits["train"][0]
@@ -148,7 +148,7 @@ def test_sft_dataset_through_megatron_builder(tmp_path, monkeypatch):
                    data_split="80,10,10")
     src = data.resolve(spec)
     assert src.splits["train"].startswith("80% of the rows of mine.jsonl")
-    prep = indexed.Prepared(spec, src)
+    prep = indexed.Prepared(spec, data.pin(src))
     prep.ensure_tokenized()
     splits = prep.build()
     assert prep.facts()["splits"]["all"]["documents"] == 20  # Megatron's split then takes 16 / 2 / 2

@@ -1,4 +1,4 @@
-"""The user's data as it comes (helpers/job/data/documents.py, indexed.py; rules/data.py): each
+"""The user's data as it comes (helpers/job/data/documents.py, indexed.py; job/rules/data.py): each
 format resolves to the documents it holds and builds into Megatron's datasets (no processes:
 Megatron's builder in its single-process mode), and each bad input is one named violation with a
 fix, found before any process starts, with nothing already cached touched."""
@@ -78,7 +78,7 @@ def test_parquet_with_a_named_column_builds_megatrons_gpt_dataset(tmp_path, monk
                    iters=2, micro_batch=2, eval_iters=1)
     src = data.resolve(spec)
     assert (src.kind, src.format, src.column) == ("text", "parquet", "content")
-    prep = worker_data.Prepared(spec, src)
+    prep = worker_data.Prepared(spec, data.pin(src))
     prep.ensure_tokenized()
     splits = prep.build()
     assert prep.facts()["splits"]["all"]["documents"] == 40
@@ -181,7 +181,7 @@ def test_a_refused_job_leaves_the_cache_as_it_was(tmp_path, monkeypatch):
     monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path / "cache"))
     good = jsonl(tmp_path / "good.jsonl", [{"text": f"row {i} " * 10} for i in range(20)])
     spec = JobSpec(data=str(good), tokenizer="byte", seq_len=16, iters=1, eval_iters=1)
-    prep = worker_data.Prepared(spec, data.resolve(spec))
+    prep = worker_data.Prepared(spec, data.pin(data.resolve(spec)))
     prep.ensure_tokenized()
     before = {p: p.stat().st_mtime_ns for p in (tmp_path / "cache").rglob("*")}
     good.write_text(good.read_text() + "not json\n")  # the same file, now broken

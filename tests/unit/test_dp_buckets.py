@@ -52,7 +52,7 @@ def test_ddp_labels_are_the_all_reduce_formula():
 
 def test_buckets_follow_megatron_layout():
     """Reverse (backward) order, a bucket closes once it reaches bucket_size, every parameter in
-    exactly one bucket; no bucket size = one bucket (the kit's overlap_grad_reduce=False)."""
+    exactly one bucket; no bucket size = one bucket (a job with overlap_grad_reduce off)."""
     ddp = dp_buckets.bucket_layout(PARAMS, 2, 20_000, dist_opt=False)
     assert sorted(p for b in ddp for p in b["params"]) == sorted(name for name, _ in PARAMS)
     assert ddp[0]["params"][0] == "final_ln.b"  # the last parameter's gradient is ready first

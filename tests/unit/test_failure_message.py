@@ -19,6 +19,7 @@ def _run(tmp_path, errors: dict, beats: dict, world: int = 2) -> RunDir:
         beat = Heartbeat(tmp_path, rank)
         for phase, iteration in phases:
             beat(phase, iteration)
+        beat.flush()
     return RunDir(tmp_path)
 
 

@@ -7,27 +7,17 @@ tensor, so tensorwise and delayed run for real; the GPU runs are benchmarks/spee
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
 SCRIPT = """
-import json, torch, torch.distributed as dist
-import megatron.core
-from helpers.runtime.compat import cpu as cpu_compat
-cpu_compat.activate()
-from megatron.core import parallel_state as ps
-from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+import json, torch
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from megatron.core.transformer import TransformerConfig
 from helpers.precision import fp8_matmul
 from helpers.runtime.layers import fp8_linear
 
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29541", rank=0, world_size=1)
-ps.initialize_model_parallel()
-model_parallel_cuda_manual_seed(0)
 config = TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, use_cpu_initialization=True,
                            params_dtype=torch.bfloat16, bf16=True, gradient_accumulation_fusion=False)
 init = lambda w: torch.nn.init.normal_(w, std=0.05)
@@ -110,13 +100,9 @@ print(json.dumps(out))
 
 
 @pytest.fixture(scope="module")
-def got() -> dict:
-    """One process for every check below (its imports cost more than its work)."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], capture_output=True, text=True,
-                          timeout=300, env={"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "PATH": "",
-                                            "PYTHONPATH": ":".join(sys.path)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def got(megatron_cpu) -> dict:
+    """One script for every check below, in the session's Megatron child (tests/unit/conftest.py)."""
+    return json.loads(megatron_cpu(textwrap.dedent(SCRIPT)).strip().splitlines()[-1])
 
 
 def test_megatron_linears_with_the_kit_fp8_gemm_train_two_steps(got):

@@ -7,8 +7,6 @@ sandwich norm inside Megatron's row-parallel output projection (layers/post_norm
 with its gradients. Whole models: tests/jobs/test_hf_import.py (logits = transformers' at TP=1,
 TP=2+SP, PP=2)."""
 import json
-import subprocess
-import sys
 import textwrap
 from types import SimpleNamespace
 
@@ -119,19 +117,11 @@ def test_final_logit_cap_equals_transformers_gemma2_logits():
 
 
 POST_NORM_VS_HF = """
-import json, torch, torch.distributed as dist
-from helpers.runtime.compat import cpu as cpu_compat
-cpu_compat.import_megatron_eagerly()
-cpu_compat.activate()
-from megatron.core import parallel_state as ps
-from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+import json, torch
 from megatron.core.transformer import TransformerConfig
 from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
 from helpers.runtime.layers.post_norm import RowParallelLinearWithPostNorm
 
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29567", rank=0, world_size=1)
-ps.initialize_model_parallel()
-model_parallel_cuda_manual_seed(0)
 config = TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, use_cpu_initialization=True,
                            normalization="RMSNorm", layernorm_zero_centered_gamma=True, layernorm_epsilon=1e-6,
                            gradient_accumulation_fusion=False)
@@ -157,14 +147,11 @@ print(json.dumps({"bias": bias is None, "out": rel(out, reference),
 """
 
 
-def test_sandwich_norm_in_the_output_projection_equals_transformers_o_proj_then_post_norm():
+def test_sandwich_norm_in_the_output_projection_equals_transformers_o_proj_then_post_norm(megatron_cpu):
     """Gemma 3's `post_attention_layernorm(o_proj(x))` (the MLP's down_proj + post_feedforward_layernorm
-    alike) against the kit's RowParallelLinearWithPostNorm in Megatron, forward and gradients."""
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(POST_NORM_VS_HF)], capture_output=True, text=True,
-                          timeout=300, env={"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "PATH": "",
-                                            "PYTHONPATH": ":".join(sys.path)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    alike) against the kit's RowParallelLinearWithPostNorm in Megatron, forward and gradients (in the
+    session's Megatron child: tests/unit/conftest.py)."""
+    got = json.loads(megatron_cpu(textwrap.dedent(POST_NORM_VS_HF)).strip().splitlines()[-1])
     assert got["bias"] is True and got["name"] == ["weight", "post_layernorm.weight"]  # the names Bridge maps
     for key in ("out", "weight", "norm"):
         assert got[key] <= 1e-6, (key, got)

@@ -4,22 +4,16 @@ transformers builds from the same config (on the meta device: no weights). That 
 planned static bytes byte for byte at their layouts: tests/jobs/test_hf_import.py and test_hybrid.py."""
 import pytest
 
-from helpers.job import architectures
+from helpers.job import architectures, families
 from helpers.job.layout import Layout
 from helpers.job.spec import JobSpec
 from helpers.launch import tiny_hf
 from helpers.memory.static import static_memory
 from helpers.memory.training import Training
 
-FAMILY_OF = {"LlamaForCausalLM": "llama", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3moe",
-             "Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral", "DeepseekV2ForCausalLM": "dsv2",
-             "DeepseekV3ForCausalLM": "dsv3", "Glm4MoeForCausalLM": "glm4moe", "OlmoeForCausalLM": "olmoe",
-             "GptOssForCausalLM": "gptoss", "Glm4MoeLiteForCausalLM": "glm47flash", "HYV3ForCausalLM": "hyv3", "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2",
-             "Gemma3ForCausalLM": "gemma3", "NemotronHForCausalLM": "nemotronh"}
-
 
 def test_every_supported_architecture_has_a_tiny_family():
-    assert set(FAMILY_OF) == set(architectures.SUPPORTED)
+    assert {a for f in families.FAMILIES if f.tiny for a in f.architectures} == set(architectures.SUPPORTED)
 
 
 def transformers_params(config) -> int:
@@ -31,7 +25,7 @@ def transformers_params(config) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.parametrize("family", sorted(FAMILY_OF.values()) + ["dsv2lite"])
+@pytest.mark.parametrize("family", sorted(tiny_hf.FAMILIES))
 def test_planned_parameters_equal_transformers(family, tmp_path):
     config = tiny_hf.hf_config(family)
     folder = tiny_hf.config_only(tmp_path / family, {**config.to_dict(), "architectures": config.architectures

@@ -2,22 +2,15 @@
 layer spec with Megatron-Bridge's Gemma3SelfAttention and Gemma3RotaryEmbedding, the kit's core
 attention and q/k norms) against transformers' Gemma3Attention on the same input and weights, for a
 sliding-window layer (its own rotary base, window 8 of 24 tokens) and for the full layer (the other
-base, scaled linearly by 8). One process (gloo, world size 1), in a subprocess: Megatron's parallel
-state is process-wide. The whole model: tests/jobs/test_hf_import.py."""
+base, scaled linearly by 8). In the session's Megatron child (tests/unit/conftest.py: megatron_cpu):
+Megatron's parallel state and the CPU compatibility layer are process-wide. The whole model: tests/jobs/test_hf_import.py."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 
 SCRIPT = """
-import json, types, torch, torch.distributed as dist
-from helpers.runtime.compat import cpu as cpu_compat
-cpu_compat.import_megatron_eagerly()
-cpu_compat.activate()
-from megatron.core import parallel_state as ps
-from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+import json, types, torch
 from megatron.core.transformer import TransformerConfig
 from megatron.core.transformer.spec_utils import build_module
 from transformers.masking_utils import causal_mask_function, sliding_window_causal_mask_function
@@ -27,9 +20,6 @@ from helpers.runtime.hf import te_standin
 from helpers.runtime.layers import local_global_rotary, specs
 
 te_standin.import_auto_bridge(["Gemma3ForCausalLM"])  # Bridge's Gemma 3 module imports TE names
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29571", rank=0, world_size=1)
-ps.initialize_model_parallel()
-model_parallel_cuda_manual_seed(0)
 hf_config = tiny_hf.hf_config("gemma3")
 hf_config._attn_implementation = "eager"
 HEADS, GROUPS, D, HIDDEN, S, B = 4, 2, 32, 64, 24, 2
@@ -85,12 +75,8 @@ print(json.dumps(result))
 """
 
 
-def test_gemma3_attention_equals_transformers_on_a_sliding_and_a_full_layer():
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT)], capture_output=True, text=True,
-                          timeout=300, env={"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "PATH": "",
-                                            "PYTHONPATH": ":".join(sys.path), "HF_HUB_OFFLINE": "1"})
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+def test_gemma3_attention_equals_transformers_on_a_sliding_and_a_full_layer(megatron_cpu):
+    got = json.loads(megatron_cpu(textwrap.dedent(SCRIPT)).strip().splitlines()[-1])
     assert got["tables"] == [2, 24, 1, 1, 32]
     assert got["2"]["sliding"] is True and got["6"]["sliding"] is False
     for layer in ("2", "6"):

@@ -6,8 +6,6 @@ mixer on the same weights.
 transformers' torch path (5.12.1) is right within one chunk only (between chunks it sums the
 decays over the wrong axis; helpers/launch/tiny_hf.py), so its chunk is the whole sequence here,
 while the kit's mixer runs several chunks of 8: the comparison covers the kit's inter-chunk path."""
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -60,23 +58,15 @@ def test_causal_conv_sees_only_the_last_width_positions():
 
 MIXER_VS_HF = """
 import weakref
-import torch, torch.distributed as dist
-import megatron.core
-from helpers.runtime.compat import cpu as cpu_compat
-cpu_compat.activate()
-from megatron.core import parallel_state as ps
+import torch
 from megatron.core.process_groups_config import ProcessGroupCollection
 from megatron.core.ssm.mamba_mixer import MambaMixerSubmodules
-from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 from megatron.core.tensor_parallel.layers import ColumnParallelLinear, RowParallelLinear
 from megatron.core.transformer import TransformerConfig
 from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHMamba2Mixer
 from helpers.launch import tiny_hf
 from helpers.runtime.layers.mamba.mixer import TorchMambaMixer
 
-dist.init_process_group("gloo", init_method="tcp://127.0.0.1:29517", rank=0, world_size=1)
-ps.initialize_model_parallel()
-model_parallel_cuda_manual_seed(0)
 torch.manual_seed(0)
 hf_config = tiny_hf.hf_config("nemotronh", layers_block_type=["mamba"], chunk_size=64)
 hf = NemotronHMamba2Mixer(hf_config, layer_idx=0)
@@ -126,15 +116,11 @@ print(sum(n for ptr, n in kept.items() if ptr not in skip) - 6 * 4 * 4)  # less 
 """
 
 
-def test_megatron_mixer_with_the_kit_path_equals_transformers_nemotron_h():
+def test_megatron_mixer_with_the_kit_path_equals_transformers_nemotron_h(megatron_cpu):
     """MambaMixer's own constructor builds it (parameter names and shapes as Megatron's; the
     kernel-less ImportError sidestepped), and 40 tokens in 5 chunks of 8 give transformers'
-    output to fp32 rounding (measured 1.6e-7)."""
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(MIXER_VS_HF)], capture_output=True, text=True,
-                         env={"PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "PATH": "",
-                              "HF_HUB_OFFLINE": "1", "PYTHONPATH": ":".join(sys.path)})
-    assert out.returncode == 0, out.stderr[-3000:]
-    norm, no_bias, diff, saved = out.stdout.split()[-4:]
+    output to fp32 rounding (measured 1.6e-7). In the session's Megatron child (tests/unit/conftest.py)."""
+    norm, no_bias, diff, saved = megatron_cpu(textwrap.dedent(MIXER_VS_HF)).split()[-4:]
     assert norm == "GroupedGatedRMSNorm" and no_bias == "True"
     assert float(diff) <= 1e-5, diff
     # The memory planner's term for the mixer (local backend) counts the same bytes.

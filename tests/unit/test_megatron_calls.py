@@ -1,11 +1,16 @@
 """The record of what a job asked of Megatron (helpers/runtime/measure/megatron_calls.py) and its
-translation into Megatron-LM's flags (helpers/rundir/megatron_flags.py), on a config built here:
-the non-default fields are exactly the ones set, and Megatron-LM's own parser reads the flags back
-to the same values."""
+translation into Megatron-LM's flags (helpers/rundir/megatron_flags.py) and command
+(megatron_lm.py), on a config built here: the non-default fields are exactly the ones set,
+Megatron-LM's own parser reads the flags back to the same values, and its parse_args +
+validate_args accept or refuse a command (megatron_lm_check.py). The lessons' jobs end to end:
+tests/jobs/test_megatron_lm.py."""
+import pytest
 import torch
 from megatron.core.transformer import TransformerConfig
 
-from helpers.rundir import megatron_flags
+from helpers.errors import MegatronRefused
+from helpers.job.spec import JobSpec
+from helpers.rundir import megatron_flags, megatron_lm, megatron_lm_check
 from helpers.runtime.measure import megatron_calls
 
 
@@ -45,7 +50,8 @@ def test_flags_parse_back_to_the_recorded_values():
     assert args.add_bias_linear is False and args.untie_embeddings_and_output_weights
     assert args.use_distributed_optimizer and args.lr == 1e-4
     assert (args.micro_batch_size, args.global_batch_size) == (2, 16)
-    assert args.position_embedding_type == "rope" and args.transformer_impl == "local"
+    assert args.position_embedding_type == "rope"
+    assert args.transformer_impl == "transformer_engine"  # what GPU users run; the kit's substitutes are comments
 
 
 def test_a_value_no_flag_sets_is_reported_not_dropped():
@@ -53,3 +59,55 @@ def test_a_value_no_flag_sets_is_reported_not_dropped():
     record["TransformerConfig"]["fields"]["a_field_megatron_lm_lacks"] = 3
     assert megatron_flags.unmapped(record) == {"a_field_megatron_lm_lacks": 3}
     assert not any("a-field" in f for f in megatron_flags.flags(record))
+
+
+def test_the_kits_choices_for_its_own_machine_are_not_flags():
+    """Fusions the kit turns off on CPU (or without apex/TE) are left to Megatron-LM's GPU defaults."""
+    record = _record(_config(bias_dropout_fusion=False, masked_softmax_fusion=False))
+    record["TransformerConfig"]["fields"]["use_cpu_initialization"] = True
+    made = megatron_flags.flags(record)
+    assert not any("fusion" in f or "cpu-init" in f for f in made), made
+    assert megatron_flags.unmapped(record) == {}
+
+
+def test_named_flags_are_spelled_by_megatron_lms_parser():
+    assert megatron_flags.named({"train_iters": 5, "mock_data": True, "load": None, "skip_train": False}) == \
+        ["--train-iters 5", "--mock-data"]
+    assert megatron_flags.named({"rotary_base": 100000.0}) == ["--rotary-base 100000"]  # an int argument
+    with pytest.raises(KeyError, match="no argument 'not_an_argument'"):
+        megatron_flags.named({"not_an_argument": 1})
+
+
+def test_the_vocabulary_megatron_lm_pads_to_is_the_models():
+    """Megatron-LM pads the tokenizer's ids to a multiple of divisor x TP: the divisor is chosen so
+    that multiple is the model's embedding size."""
+    assert megatron_lm.vocab_divisor(512, 512, tp=4) == 128  # Megatron-LM's default
+    assert megatron_lm.vocab_divisor(49152, 49152, tp=3) == 128
+    assert megatron_lm.vocab_divisor(96, 96, tp=2) == 16
+    assert megatron_lm.vocab_divisor(512, 258, tp=1) is None  # 258 ids pad to 384 or less, never 512
+
+
+def test_the_scripts_arguments_read_back_with_quoted_paths(tmp_path):
+    calls = {**_record(_config()), "data": {"kind": "text", "split": "90,5,5", "prefixes": {"all": "/data dir/all"},
+                                            "tokenizer": {"name": "byte", "vocab_size": 258}}}
+    calls["model"][0]["vocab_size"] = 512
+    spec = JobSpec(data="/data dir/all", seq_len=64, save_interval=5, save_dir=str(tmp_path / "my ckpts"))
+    text = megatron_lm.script(calls, spec, tmp_path)
+    args = megatron_lm.arguments(text)
+    assert args[args.index("--data-path") + 1] == "/data dir/all" and args[args.index("--split") + 1] == "90,5,5"
+    assert args[args.index("--save") + 1] == str(tmp_path / "my ckpts")
+    assert "NullTokenizer" in args and args[args.index("--vocab-size") + 1] == "511"
+    assert "# Where the kit's job differs:" in text and "byte tokenizer has no Megatron-LM type" in text
+
+
+def test_megatron_lm_checks_the_command_in_its_own_process():
+    """parse_args + validate_args as on a Hopper GPU at the job's world size: accepted with the sizes
+    Megatron-LM derives, or refused with its own message."""
+    flags = ["--tensor-model-parallel-size", "2", "--sequence-parallel", "--num-layers", "4", "--hidden-size", "64",
+             "--num-attention-heads", "4", "--seq-length", "64", "--max-position-embeddings", "64",
+             "--micro-batch-size", "2", "--global-batch-size", "8", "--train-iters", "1", "--lr", "1e-3", "--bf16",
+             "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "511"]
+    accepted, refused = megatron_lm_check.check_many([(flags, 4), (flags, 3)])
+    assert (accepted.tensor_model_parallel_size, accepted.data_parallel_size, accepted.world_size) == (2, 2, 4)
+    assert accepted.transformer_impl == "transformer_engine"
+    assert isinstance(refused, MegatronRefused) and "world size (3) is not divisible" in str(refused)

@@ -73,5 +73,5 @@ def test_fp8_output_layer_saves_its_input_in_fp8_and_keeps_its_weight_twice():
         "workspace": 2 * V * H}
     unfused = stage(Training(precision="fp8", fused_cross_entropy=False))
     unfused_out = stage(Training(precision="fp8", fused_cross_entropy=False, fp8_output_layer=True))
-    # the unfused backward held the bf16 logits gradient (2 bytes per logit); now also its FP8 copies
+    # the unfused backward holds the bf16 logits gradient (2 bytes per logit); with the output layer in FP8 also its FP8 copies
     assert differing(unfused_out, unfused) == {"logits_loss": -T * H, "workspace": 2 * V * H + 2 * T * V}

@@ -68,7 +68,7 @@ def test_gpu_measurements_with_sdpa_within_ten_percent():
     assert _within_ten_percent(results) == len(results) >= 15
     attention = [JobSpec.from_dict(r["spec"]).attention for r in results.values()]
     assert attention.count("sdpa") >= 12 and "megatron_local" in attention
-    # the point of the new attention: same model and batch, far less memory
+    # the point of the SDPA attention: same model and batch, far less memory than Megatron's local one
     assert results["gpt-1.4b"]["peaks"]["0"]["mem_max_allocated_bytes"] < 0.6 * \
         results["gpt-1.4b-local-attention"]["peaks"]["0"]["mem_max_allocated_bytes"]
 

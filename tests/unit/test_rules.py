@@ -1,6 +1,6 @@
 """One validation path (helpers/job/rules/): every `auto` decided once, every problem of a job
 reported at once by name before any process starts, for the Python API and the command line
-alike, and each refusal the worker used to raise after torchrun had started now caught by a named
+alike, and each refusal the worker would raise after torchrun had started caught by a named
 rule first."""
 import json
 
@@ -36,11 +36,11 @@ def sft_file(tmp_path, rows: list) -> str:
 
 
 def test_resolve_decides_every_auto_once():
-    cpu, gpu = rules.resolve(JobSpec(), rules.CPU_ONLY), rules.resolve(JobSpec(), HOPPER)
+    cpu, gpu = rules.resolve(JobSpec(), rules.CPU_ONLY).spec, rules.resolve(JobSpec(), HOPPER).spec
     assert (cpu.device, cpu.precision, cpu.backend, cpu.attention) == ("cpu", "fp32", "local", "sdpa")
     assert (gpu.device, gpu.precision, gpu.backend, gpu.attention) == ("cuda", "bf16", "local", "sdpa")
     assert "auto" not in {gpu.device, gpu.precision, gpu.backend, gpu.attention}
-    assert rules.resolve(JobSpec(precision="fp8"), HOPPER).precision == "fp8"  # only autos change
+    assert rules.resolve(JobSpec(precision="fp8"), HOPPER).spec.precision == "fp8"  # only autos change
 
 
 def test_every_problem_is_reported_at_once_with_a_fix():
@@ -65,8 +65,8 @@ def test_the_command_line_meets_the_same_rules(tmp_path, capsys):
 @pytest.mark.parametrize("case", ["fp8_hybrid", "sft_empty_split", "sft_bad_line", "megatron_local_cp",
                                   "megatron_local_mla", "normalization"])
 def test_what_the_worker_refused_after_start_is_a_named_rule_before_start(case, tmp_path):
-    """Each of these used to fail inside torchrun (a RuntimeError in the model builder, a ValueError
-    in the data preparation, an assertion in Megatron's attention); each is now a named violation."""
+    """Each of these would fail inside torchrun (a RuntimeError in the model builder, a ValueError
+    in the data preparation, an assertion in Megatron's attention); each is a named violation first."""
     one_example = [{"prompt": "a", "response": "b"}]
     cases = {  # each made only when asked for: the SFT cases write the same file
         "fp8_hybrid": lambda: (JobSpec(hf_model=hf_folder(tmp_path / "nh", NEMOTRON_H), precision="fp8",
@@ -106,15 +106,14 @@ GPT_OSS = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "num
 
 
 def test_attention_sinks_choose_megatron_attention_and_refuse_what_it_cannot_do(tmp_path):
-    """GPT-OSS: auto attention is Megatron's own local one (the one that computes sinks); SDPA, biased
-    experts at ETP > 1 and training at TP > 1 are named before start."""
+    """GPT-OSS: auto attention is Megatron's own local one (the one that computes sinks); SDPA and biased
+    experts at ETP > 1 are named before start; it trains at TP=2+SP with ETP=1."""
     hf = hf_folder(tmp_path / "gptoss", GPT_OSS)
-    assert rules.resolve(JobSpec(hf_model=hf), rules.CPU_ONLY).attention == "megatron_local"
+    assert rules.resolve(JobSpec(hf_model=hf), rules.CPU_ONLY).spec.attention == "megatron_local"
     assert names(JobSpec(hf_model=hf, ep=2, nproc=2)) == []
     assert "sdpa_no_attention_sinks" in names(JobSpec(hf_model=hf, attention="sdpa"))
-    assert {"moe_bias_needs_etp1", "attention_sinks_training_at_tp1"} <= set(names(JobSpec(hf_model=hf, tp=2, sp=True,
-                                                                                          nproc=2)))
-    assert names(JobSpec(hf_model=hf, tp=2, sp=True, etp=1, nproc=2, iters=0)) == []  # a parity check may use TP
+    assert "moe_bias_needs_etp1" in names(JobSpec(hf_model=hf, tp=2, sp=True, nproc=2))
+    assert names(JobSpec(hf_model=hf, tp=2, sp=True, etp=1, nproc=2)) == []
 
 
 def test_soft_capped_attention_refuses_context_parallel(tmp_path):

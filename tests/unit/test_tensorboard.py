@@ -20,9 +20,9 @@ RECORDS = [{"iteration": i, "loss": 5.0 / i, "lr": 1e-3 * i, "grad_norm": 0.5 + 
 
 
 def test_auto_is_on_where_the_package_is_installed_and_a_choice_is_kept():
-    assert rules.resolve(JobSpec(), WITH).tensorboard == "on"
-    assert rules.resolve(JobSpec(), WITHOUT).tensorboard == "off"
-    assert rules.resolve(JobSpec(tensorboard="off"), WITH).tensorboard == "off"
+    assert rules.resolve(JobSpec(), WITH).spec.tensorboard == "on"
+    assert rules.resolve(JobSpec(), WITHOUT).spec.tensorboard == "off"
+    assert rules.resolve(JobSpec(tensorboard="off"), WITH).spec.tensorboard == "off"
 
 
 def test_on_without_the_package_is_refused_before_start_with_a_fix():

@@ -7,18 +7,23 @@ manifest's account of it. The workers read the same Source (helpers/runtime/data
   chat.py        conversations for SFT, the kit's generated set, the padded sample and its loss mask
   documents.py   data=PATH: folders of .txt, JSONL, Parquet, Megatron indexed datasets
   indexed.py     an indexed dataset's header and largest token id, read without Megatron
-  tokenizers.py  byte, gpt2, qwen3 and an HF folder's own tokenizer (hf)"""
+  tokenizers.py  byte, gpt2, qwen3 and an HF folder's own tokenizer (hf)
+  pinned.py      Pinned: the Source with every file's size and SHA-256 (`pin`), what data.json holds
+  sample.py      the first documents of each file parsed, every document counted (the data rule)"""
 from __future__ import annotations
 
 from pathlib import Path
 
 from helpers.job import paths
 from helpers.job.data import chat, documents, tokenizers, wikitext
+from helpers.job.data.pinned import Pinned, pin
+from helpers.job.data.sample import Sample, sample
 from helpers.job.data.source import DEFAULT_SPLIT, GENERATED, Source
 
 KINDS = ("synthetic", "wikitext", "sft")  # JobSpec.data's named sources; anything else is a path
 
-__all__ = ["resolve", "read", "record", "Source", "KINDS", "GENERATED", "DEFAULT_SPLIT"]
+__all__ = ["resolve", "pin", "sample", "read", "record", "spec_fields", "Source", "Pinned", "Sample", "KINDS",
+           "GENERATED", "DEFAULT_SPLIT"]
 
 
 def resolve(spec) -> Source | None:
@@ -53,7 +58,7 @@ def read(src: Source) -> dict[str, list]:
     return documents.documents(src)
 
 
-def pinned(spec, src: Source) -> dict:
+def spec_fields(spec, src: Source) -> dict:
     """The JobSpec fields that make a rerun resolve to the same source (written into the spec)."""
     if spec.data == "wikitext":
         return {"data_dir": GENERATED if src.origin == GENERATED else str(Path(src.files["valid"]).parent)}
@@ -62,16 +67,15 @@ def pinned(spec, src: Source) -> dict:
     return {}
 
 
-def record(spec, src: Source | None) -> dict | None:
-    """The manifest's `data` record of `src` (resolve(spec)): the source, its splits, the SHA-256 of
-    every file, the tokenizer, and `pinned`, the JobSpec fields that make a rerun read the same
-    source; None for synthetic data."""
-    if src is None:
+def record(spec, pinned: Pinned | None) -> dict | None:
+    """The manifest's `data` record of a pinned source (pin(resolve(spec))): the source, its splits,
+    the SHA-256 of every file (hashed when it was pinned), the tokenizer, and `pinned`, the JobSpec
+    fields that make a rerun read the same source; None for synthetic data."""
+    if pinned is None:
         return None
+    src = pinned.source
     out = src.to_dict()
-    out["sha256"] = {k: paths.sha256(Path(v)) for k, v in src.files.items() if k != "prefix"}
-    if src.kind == "indexed":
-        out["sha256"] = {ext: paths.sha256(Path(src.files["prefix"] + ext)) for ext in (".bin", ".idx")}
+    out["sha256"] = pinned.sha256()
     folder = spec.hf_model if spec.tokenizer == "hf" else None
     out["tokenizer"] = {"name": spec.tokenizer, "vocab_size": tokenizers.vocab_size(spec.tokenizer, folder),
                         "files": {k: str(v) for k, v in tokenizers.files(
@@ -81,5 +85,5 @@ def record(spec, src: Source | None) -> dict | None:
                      "text": "packed: Megatron GPTDataset (documents joined with end-of-document tokens)",
                      "indexed": "packed: Megatron GPTDataset over the given indexed dataset (not tokenized again)"
                      }[src.kind]
-    out["pinned"] = pinned(spec, src)
+    out["pinned"] = spec_fields(spec, src)
     return out

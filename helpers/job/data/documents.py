@@ -12,7 +12,9 @@ example when it holds a list of messages (default `messages`) or the row has `pr
 splits; any other source is one set of documents that Megatron's `split` (JobSpec.data_split,
 "train,valid,test" weights) divides, as Megatron-LM's `--split` does. Every problem (a missing or
 empty file, a column that is not there, text that is not UTF-8, a row that is neither text nor a
-conversation, a .bin without its .idx) is a ValueError or DataNotFound naming the file and the fix."""
+conversation, a .bin without its .idx) is a ValueError or DataNotFound naming the file and the fix.
+Files are read a document at a time (`file_documents`) and counted without parsing (`count`), so the
+data rule can check the first documents of a file of any size (helpers/job/data/sample.py)."""
 from __future__ import annotations
 
 import json
@@ -25,6 +27,7 @@ from helpers.job.data.source import Source
 TEXT = "text"
 SPLITS = ("train", "valid", "test")
 ROW_FORMATS = (".jsonl", ".parquet")
+PARQUET_BATCH = 1024  # rows read at a time
 HOW = ("give a folder of .txt files, a .txt, .jsonl or .parquet file (or a folder of them), or the prefix of a "
        "Megatron indexed dataset (PREFIX.bin + PREFIX.idx)")
 
@@ -97,12 +100,15 @@ def rows(path: Path):
     path = Path(path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
-        try:
-            table = pq.read_table(path)
+        try:  # batch by batch: the first rows without the rest (the data rule's sample)
+            batches = pq.ParquetFile(path).iter_batches(batch_size=PARQUET_BATCH)
+            n = 0
+            for batch in batches:
+                for row in batch.to_pylist():
+                    n += 1
+                    yield row, f"{path}, row {n}"
         except Exception as e:  # pyarrow's errors: not a Parquet file, a truncated one
             raise ValueError(f"{path}: cannot be read as Parquet ({e})") from None
-        for n, row in enumerate(table.to_pylist(), 1):
-            yield row, f"{path}, row {n}"
         return
     with open(path, encoding="utf-8") as f:
         try:
@@ -136,29 +142,102 @@ def paragraphs(text: str) -> list[str]:
     return [p.strip() for p in text.split("\n\n") if p.strip()]
 
 
+def text_pieces(path: Path, size: int = 1 << 20):
+    """A text file read as `read_text` reads it (UTF-8, newlines as \\n), handed on in pieces of
+    about `size` characters cut at line ends: a file of any length in a bounded amount of memory."""
+    with open(path, "rb") as f:
+        offset, piece, held = 0, [], 0
+        for line in f:
+            try:
+                text = line.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+            except UnicodeDecodeError as e:
+                raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {offset + e.start}); convert it to "
+                                 "UTF-8") from None
+            offset += len(line)
+            piece.append(text)
+            held += len(text)
+            if held >= size:
+                yield "".join(piece)
+                piece, held = [], 0
+        if piece:
+            yield "".join(piece)
+
+
+def paragraphs_of(path: Path, piece_size: int = 1 << 20):
+    """`paragraphs` of a .txt file, streamed (the same split, a piece of `text_pieces` at a time);
+    ValueError when the file holds no text."""
+    carry, found = "", False
+    for piece in text_pieces(path, piece_size):
+        parts = (carry + piece).split("\n\n")
+        carry = parts.pop()  # may continue in the next piece
+        for part in parts:
+            if part.strip():
+                found = True
+                yield part.strip()
+    if carry.strip():
+        found = True
+        yield carry.strip()
+    if not found:
+        raise ValueError(f"{path} is empty: no text")
+
+
+def file_documents(src: Source, role: str, path: Path):
+    """The documents of one of the source's files, in order, one at a time: texts (text sources) or
+    conversations (chat sources). ValueError naming the file (and line or row) of a bad one."""
+    path = Path(path)
+    if src.format == "txt":
+        if role.startswith("all/"):  # a folder of .txt files: one document per file
+            yield read_text(path)
+        else:
+            yield from paragraphs_of(path)
+        return
+    found = False
+    for row, where in rows(path):
+        if src.kind == TEXT:
+            value = row.get(src.column) if isinstance(row, dict) else None
+            if not isinstance(value, str):
+                raise ValueError(f"{where}: {src.column!r} is missing or not a string")
+            if value.strip():
+                found = True
+                yield value
+        else:
+            found = True
+            yield chat.conversation(row, src.column, where)
+    if not found:
+        raise ValueError(f"{path} is empty: no rows with content")
+
+
+def count(src: Source, role: str, path: Path) -> int:
+    """How many documents one file holds, counted without parsing them: a row per non-blank JSONL
+    line (a row whose text is blank counts too), Parquet's row count from its footer, the streamed
+    paragraphs of a .txt file, one per file of a folder of them (an empty file is refused)."""
+    path = Path(path)
+    if src.format == "txt":
+        if role.startswith("all/"):
+            if path.stat().st_size == 0:
+                raise ValueError(f"{path} is empty: no text")
+            return 1
+        return sum(1 for _ in paragraphs_of(path))
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+        try:
+            n = pq.ParquetFile(path).metadata.num_rows
+        except Exception as e:
+            raise ValueError(f"{path}: cannot be read as Parquet ({e})") from None
+    else:
+        with open(path, "rb") as f:
+            n = sum(1 for line in f if line.strip())
+    if not n:
+        raise ValueError(f"{path} is empty: no rows with content")
+    return n
+
+
 def documents(src: Source) -> dict[str, list]:
     """The source's documents by role (a split, or "all" for one source): texts (text sources) or
     conversations (chat sources), in file and row order."""
     out = {}
     for role, path in src.files.items():
-        group = role.split("/")[0]
-        if src.format == "txt":
-            text = read_text(Path(path))
-            docs = [text] if role.startswith("all/") else paragraphs(text)
-        else:
-            docs = []
-            for row, where in rows(Path(path)):
-                if src.kind == TEXT:
-                    value = row.get(src.column) if isinstance(row, dict) else None
-                    if not isinstance(value, str):
-                        raise ValueError(f"{where}: {src.column!r} is missing or not a string")
-                    if value.strip():
-                        docs.append(value)
-                else:
-                    docs.append(chat.conversation(row, src.column, where))
-            if not docs:
-                raise ValueError(f"{path} is empty: no rows with content")
-        out.setdefault(group, []).extend(docs)
+        out.setdefault(role.split("/")[0], []).extend(file_documents(src, role, Path(path)))
     return out
 
 

@@ -39,9 +39,10 @@ def header(prefix) -> Header:
     return Header(DTYPES[code], sequences, documents - 1)
 
 
-def max_token_id(prefix) -> int:
-    """The largest token id in PREFIX.bin (one pass over a memory map)."""
+def max_token_id(prefix, limit: int | None = None) -> int:
+    """The largest token id in PREFIX.bin, or in its first `limit` tokens (one pass over a memory map;
+    a dataset tokenized for another vocabulary shows ids beyond it from its first documents)."""
     import numpy
 
-    tokens = numpy.memmap(str(prefix) + ".bin", dtype=header(prefix).dtype, mode="r")
+    tokens = numpy.memmap(str(prefix) + ".bin", dtype=header(prefix).dtype, mode="r")[:limit]
     return int(tokens.max()) if tokens.size else -1

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from helpers.errors import DataNotFound
 from helpers.job import paths
+from helpers.job.data.documents import text_pieces
 from helpers.job.data.source import GENERATED, Source
 
 WIKITEXT = "wikitext-2-raw-v1"
@@ -50,6 +51,21 @@ def documents(src: Source) -> dict[str, list[str]]:
         cut = int(len(arts) * TRAIN_FRACTION)
         read["train"], read["valid"] = arts[:cut], arts[cut:]
     return read
+
+
+def article_counts(src: Source) -> dict[str, int]:
+    """Articles per split as `documents` divides them, counted line by line without keeping the text."""
+    counts = {}
+    for split, path in src.files.items():
+        headings, text = 0, False
+        for piece in text_pieces(Path(path)):
+            headings += sum(1 for line in piece.splitlines(keepends=True) if HEADING.match(line.rstrip("\n")))
+            text = text or bool(piece.strip())
+        counts[split] = headings or int(text)
+    if "train" not in counts:
+        cut = int(counts["valid"] * TRAIN_FRACTION)
+        counts["train"], counts["valid"] = cut, counts["valid"] - cut
+    return counts
 
 
 def readable(p: Path) -> bool:
@@ -88,7 +104,7 @@ def _wikitext_splits(folder: Path, origin: str) -> Source:
 def _from_huggingface() -> Source | None:
     """WikiText-2 raw through HF `datasets` on a connected machine; None when unavailable."""
     try:
-        import datasets  # optional: not a dependency of the kit
+        import datasets  # installed for Megatron-Bridge's training config; offline, load_dataset fails and the corpus falls through
     except ImportError:
         return None
     folder = paths.cache_dir() / "data" / f"huggingface-{WIKITEXT}"

@@ -2,12 +2,14 @@
 involved and a fix, run through one entry that reports them all at once, for the command line and
 the Python API alike:
 
-    spec = rules.resolve(spec, env)        # every `auto` decided (resolve.py)
-    checked = rules.check(spec, env)       # .model, .violations; .refuse() raises one InvalidJob
+    resolved = rules.resolve(spec, env)    # every `auto` decided; the model, data and seed checkpoint
+                                           # worked out once (resolve.py): .spec, .model, .data, .hf
+    checked = rules.check(resolved, env)   # .model, .violations; .refuse() raises one InvalidJob
 
   violation.py    Violation (name, message, fix, category)
   environment.py  Environment: what the machine offers (GPUs, FP8 recipes, TE), probed by the launcher
-  resolve.py      device, precision, backend, attention, tokenizer, tensorboard: auto -> what the workers build
+  resolve.py      device, precision, backend, attention, tokenizer, tensorboard: auto -> what the workers
+                  build; Resolved: the spec, its model, the HF folder and the data source, each read once
   fields.py       fields with choices and limits; the model preset (category job)
   layout.py       the parallel sizes against the model and each other (world, tensor, sequence,
                   pipeline, experts, context, batch); Layout.validate runs them with builder.layout
@@ -17,6 +19,8 @@ the Python API alike:
   checkpoint.py   save/load/eval fields; every checkpoint to load verified on disk (checkpoint)
   data.py         the data source, SFT examples, tokenizer vs vocabulary (data)
   hf.py           the Hugging Face folder and export (hf)
+  debug.py        log interval, captured tensors, profiler window, injected faults (debug)
+  optimizer.py    Adam's betas and eps, weight decay, the data-parallel overlap and buckets (optimizer)
 What only a running job can see (a node reading different files, a NaN) stays in the worker."""
 from __future__ import annotations
 
@@ -24,12 +28,12 @@ from dataclasses import dataclass
 
 from helpers.errors import InvalidJob
 from helpers.job.models import ModelPreset
-from helpers.job.rules import builder, checkpoint, data, fields, hf, precision, schedule
+from helpers.job.rules import builder, checkpoint, data, debug, fields, hf, optimizer, precision, schedule
 from helpers.job.rules.environment import CPU_ONLY, Environment
-from helpers.job.rules.resolve import resolve
+from helpers.job.rules.resolve import Resolved, resolve
 from helpers.job.rules.violation import Violation
 
-__all__ = ["check", "resolve", "Checked", "Environment", "CPU_ONLY", "Violation"]
+__all__ = ["check", "resolve", "Resolved", "Checked", "Environment", "CPU_ONLY", "Violation"]
 
 
 @dataclass(frozen=True)
@@ -46,17 +50,22 @@ class Checked:
             raise InvalidJob(f"the job cannot run ({len(self.violations)} problem(s)):\n{lines}", list(self.violations))
 
 
-def check(spec, env: Environment = CPU_ONLY) -> Checked:
-    """Every rule against a resolved JobSpec (`resolve(spec, env)` first) on this environment."""
+def check(resolved: Resolved, env: Environment = CPU_ONLY) -> Checked:
+    """Every rule against a resolved job (`resolve(spec, env)`) on this environment. Reads nothing
+    resolve read: the model, the HF folder and the data source come from `resolved`."""
     from helpers.job.layout import Layout  # layout.py imports this package's layout rules
 
-    found = fields.check(spec, env) + schedule.check(spec) + hf.check(spec)
-    model, problems = fields.model_of(spec)
-    found += problems
+    if not isinstance(resolved, Resolved):
+        raise TypeError(f"rules.check takes rules.resolve(spec, env), not a {type(resolved).__name__}")
+    spec, model = resolved.spec, resolved.model
+    found = fields.check(spec, env) + schedule.check(spec) + hf.check(spec, resolved.hf)
+    found += list(resolved.model_problems)
     if model is not None:
         devices = env.cuda_devices if spec.device == "cuda" else None
         found += Layout.of(spec, backend=spec.backend if spec.backend in ("local", "te") else "local").validate(
             model, devices)
         found += builder.job(spec, model, env) + precision.check(spec, model, env)
-    found += checkpoint.check(spec, model) + data.check(spec, model)
+    found += checkpoint.check(spec, model) + data.check(spec, model, resolved.data, resolved.data_error)
+    found += debug.check(spec)
+    found += optimizer.check(spec)
     return Checked(model, tuple(found))

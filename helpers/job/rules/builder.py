@@ -13,7 +13,7 @@ from helpers.job.rules.environment import Environment
 from helpers.job.rules.violation import Found, Violation
 from helpers.job.sizes import ParallelSizes
 
-# What the worker's layer specs build (helpers/runtime/model.py, layers/specs.py). A preset needing
+# What the worker's layer specs build (helpers/runtime/build.py, layers/specs.py). A preset needing
 # more can be planned, but launching it would silently train a different architecture. An imported
 # model (hf_model) may also have squared ReLU: Megatron-Bridge's provider sets it.
 WORKER_BUILDS = {"activation": {"gelu", "swiglu"}, "normalization": {"LayerNorm", "RMSNorm"}}
@@ -73,11 +73,6 @@ def job(spec, model: ModelPreset, env: Environment) -> list[Violation]:
     if model.is_moe and model.add_bias_linear and spec.expert_tp != 1:
         v.add("moe_bias_needs_etp1", f"the experts have biases, which Megatron-Core builds only with expert tensor "
               f"parallel 1 (etp is {spec.expert_tp}: it defaults to tp)", "set etp=1")
-    if model.attention_sinks and spec.tp > 1 and spec.iters > 0 and spec.backend == "local":
-        v.add("attention_sinks_training_at_tp1", f"training a model with attention sinks and biased experts (GPT-OSS) "
-              f"at tp={spec.tp} on the local backend has not matched one process (measured: the first gradient "
-              "norm 3% off at TP=2+SP, while its logits match transformers' at TP=2)",
-              "train at tp=1 and spread the model with ep, pp or dp (EP=2 trains like one process)")
     if spec.backend == "local" and model.attention_softcap and spec.cp > 1:
         v.add("softcap_attention_no_cp", f"the model soft-caps its attention scores (Gemma 2), which the kit's "
               f"soft-capped attention computes for cp=1 only (cp={spec.cp})", "use cp=1 (spread with tp, pp or dp)")

@@ -1,7 +1,11 @@
 """Real data before any process starts: the source resolves (files present, readable, UTF-8, the
 column there), every split gets documents, the tokenizer fits the model's vocabulary (an indexed
 dataset's largest token id too), conversations have a chat template to render them, the evaluation
-fields make sense. Category "data". (Where the data comes from: helpers/job/data/.)"""
+fields make sense. Category "data". (Where the data comes from: helpers/job/data/.)
+
+The source was resolved and pinned once (rules/resolve.py); this rule reads a sample of it
+(helpers/job/data/sample.py: the first documents of each file parsed, every document counted) and
+the first SAMPLE_TOKENS tokens of an indexed dataset, so a source of any size is checked quickly."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,11 +13,17 @@ from pathlib import Path
 from helpers.errors import DataNotFound
 from helpers.job import data
 from helpers.job.data import chat, documents, indexed, tokenizers
+from helpers.job.data.pinned import Pinned
 from helpers.job.models import ModelPreset
 from helpers.job.rules.violation import Found, Violation
 
 
-def check(spec, model: ModelPreset | None) -> list[Violation]:
+SAMPLE_TOKENS = 1 << 26  # of an indexed dataset, for its largest token id (128 MiB of uint16 ids)
+
+
+def check(spec, model: ModelPreset | None, pinned: Pinned | None = None,
+          error: Exception | None = None) -> list[Violation]:
+    """`pinned`: the source as resolve pinned it; `error`: why it did not resolve (DataNotFound, ValueError)."""
     v = Found("data")
     if spec.data == "synthetic":
         return v
@@ -29,14 +39,14 @@ def check(spec, model: ModelPreset | None) -> list[Violation]:
               + (f"{spec.hf_model} holds none" if spec.hf_model else "hf_model is not set"),
               "save the model's tokenizer there (tokenizer.save_pretrained(folder)), or pick byte, gpt2 or qwen3")
         return v
-    try:
-        src = data.resolve(spec)
-    except DataNotFound as e:
-        v.add("data_not_found", *_message_and_fix(e))
+    if isinstance(error, DataNotFound):
+        v.add("data_not_found", *_message_and_fix(error))
         return v
-    except ValueError as e:
-        v.add("data_unreadable", str(e), "fix the file, or point data at another source")
+    if error is not None or pinned is None:
+        v.add("data_unreadable", str(error or "the data source was not resolved"),
+              "fix the file, or point data at another source")
         return v
+    src = pinned.source
     if model is not None:
         v += _vocabulary(spec, model, src)
     try:
@@ -47,10 +57,10 @@ def check(spec, model: ModelPreset | None) -> list[Violation]:
         if src.kind == "indexed":
             counts = {"all": indexed.header(src.files["prefix"]).sequences}
         else:
-            docs = data.read(src)
-            counts = {role: len(d) for role, d in docs.items()}
+            sampled = data.sample(src)
+            counts = sampled.counts
             if src.kind == "chat":
-                v += _conversations(spec, docs)
+                v += _conversations(spec, sampled)
     except ValueError as e:
         v.add("data_unreadable", str(e), "fix the file, or point data at another source")
         return v
@@ -78,7 +88,7 @@ def _vocabulary(spec, model: ModelPreset, src) -> list[Violation]:
     """The tokenizer's tokens (or an indexed dataset's largest id) against the model's vocabulary."""
     v = Found("data")
     if src.kind == "indexed":
-        top = indexed.max_token_id(src.files["prefix"])
+        top = indexed.max_token_id(src.files["prefix"], SAMPLE_TOKENS)
         if top >= model.vocab_size:
             v.add("indexed_ids_exceed_vocab", f"the indexed dataset {src.files['prefix']} holds token id {top}, but "
                   f"model {model.name!r} has vocab_size {model.vocab_size}: it was tokenized for another vocabulary",
@@ -100,16 +110,17 @@ def _vocabulary(spec, model: ModelPreset, src) -> list[Violation]:
     return v
 
 
-def _conversations(spec, docs: dict) -> list[Violation]:
+def _conversations(spec, sampled: data.Sample) -> list[Violation]:
     """Conversations need a chat template, unless every one is a prompt/response pair; an HF chat
-    template must render them turn by turn (checked on the first)."""
+    template must render them turn by turn (checked on the first). `sampled`: the source's sample."""
     v = Found("data")
-    conversations = [c for d in docs.values() for c in d]
+    conversations = [c for d in sampled.documents.values() for c in d]
     template = tokenizers.chat_template(spec.tokenizer, spec.hf_model)
     if template is None:
         others = sum(not chat.is_pair(c) for c in conversations)
         if others:
-            v.add("chat_needs_template", f"{others} of {len(conversations)} examples are conversations with more than "
+            of = f"{len(conversations)} examples" if sampled.complete else f"the first {len(conversations)} examples"
+            v.add("chat_needs_template", f"{others} of {of} are conversations with more than "
                   f"a prompt and a response, and tokenizer {spec.tokenizer!r} has no chat template to render them",
                   "use an hf_model whose tokenizer has a chat template (tokenizer='hf'), or prompt/response pairs")
         return v

@@ -28,14 +28,16 @@ def check(spec, env: Environment) -> list[Violation]:
     return v
 
 
-def model_of(spec) -> tuple[object | None, list[Violation]]:
-    """(the model the job trains, []) or (None, [why not]): a preset with its overrides, or an HF
-    folder's description (an unusable folder is rules/hf.py's to report)."""
+def model_of(spec, folder=None) -> tuple[object | None, list[Violation]]:
+    """(the model the job trains, []) or (None, [why not]): a preset with its overrides, or the
+    description of the HF folder `folder` (hf_model.read(spec.hf_model); an unusable folder is
+    rules/hf.py's to report)."""
     from helpers.job import hf_model
 
     v = Found("job")
     if spec.hf_model:
-        return (None if hf_model.problems(spec.hf_model) else hf_model.describe(spec.hf_model)), v
+        folder = folder or hf_model.read(spec.hf_model)
+        return (None if folder.problems else hf_model.describe(spec.hf_model, folder.config)), v
     try:
         return spec.model_preset(), v
     except KeyError as e:

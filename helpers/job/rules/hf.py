@@ -7,7 +7,8 @@ from helpers.job import hf_model
 from helpers.job.rules.violation import Found, Violation
 
 
-def check(spec) -> list[Violation]:
+def check(spec, folder: hf_model.Folder | None = None) -> list[Violation]:
+    """`folder`: spec.hf_model as hf_model.read found it (None: read it here)."""
     v = Found("hf")
     if spec.export_hf and not spec.hf_model:
         v.add("export_needs_hf_model", "export_hf writes an imported model back to Hugging Face format: it needs "
@@ -17,9 +18,9 @@ def check(spec) -> list[Violation]:
     if spec.model_overrides:
         v.add("hf_model_no_overrides", "model_overrides change a preset; an hf_model's architecture comes from its "
               "config.json", "edit and re-save the HF model instead, or drop model_overrides")
-    folder = hf_model.problems(spec.hf_model)
-    if folder:
-        return v + folder
+    found = list((folder or hf_model.read(spec.hf_model)).problems)
+    if found:
+        return v + found
     if spec.export_hf and spec.eval_only and len(spec.load_paths()) != 1:
         v.add("export_one_checkpoint", "export_hf with eval_only writes one checkpoint back to Hugging Face format, "
               f"but load_dir names {len(spec.load_paths())}", "give exactly one load_dir")

@@ -45,7 +45,7 @@ def check(spec, model: ModelPreset, env: Environment) -> list[Violation]:
     if not env.fp8_recipes:
         v.add("fp8_not_on_this_gpu", f"precision='fp8' cannot run here: {env.fp8_note}", "use precision='bf16'")
         return v
-    if spec.backend == "te":  # Megatron's Transformer Engine path (helpers/runtime/model.py)
+    if spec.backend == "te":  # Megatron's Transformer Engine path (helpers/runtime/layers/specs.py)
         if spec.fp8_recipe not in TE_RECIPES:
             v.add("fp8_recipe_not_te", f"fp8_recipe={spec.fp8_recipe!r} is the kit's local FP8 path",
                   "with backend='te' use fp8_recipe='tensorwise' or 'delayed' (Transformer Engine's current and "

@@ -1,17 +1,21 @@
 """Saving and loading through Megatron's `dist_checkpointing` (strategy torch_dist): the seed
 checkpoint (model only, world size 1) and training checkpoints (every model chunk, the optimizer,
-every rank's RNG state, the kit's record). Resharding into another layout is dist_checkpointing's:
-each rank asks for its own slices. Files on disk and completeness rules: helpers/job/checkpoint_dir.py.
+every rank's RNG state, the kit's record, and what Megatron-LM and Megatron-Bridge keep beside the
+tensors: the common state's `args`, run_config.yaml, train_state.pt, their trackers). Resharding into
+another layout is dist_checkpointing's: each rank asks for its own slices. Files on disk and
+completeness rules: helpers/job/checkpoint_dir.py.
 
 The *seed checkpoint* is the kit's way to give every layout the same starting weights: a
 world-size-1 job builds the model once and saves it; every layout loads it and
 `dist_checkpointing` cuts out the shard each rank owns (TP slices, PP stages, EP experts)."""
 from __future__ import annotations
 
+import hashlib
 import os
 import queue
 import random
 import shutil
+from io import BytesIO
 from pathlib import Path
 
 import torch
@@ -22,9 +26,18 @@ from helpers.job import checkpoint_dir
 from helpers.rundir.writer import write_json
 from helpers.runtime.build import unwrap
 from helpers.runtime.compat import megatron_0_19
-from helpers.runtime.measure import faults
 
 MARKER = checkpoint_dir.SEED_MARKER  # written last: a folder without it is an interrupted save
+
+# Callbacks called as callback(event, iteration, rank) midway through a training checkpoint:
+# event "save" once the folder exists and before any shard is written, "load" before any file is
+# read. What interrupts a checkpoint on purpose registers here (runtime/measure/faults.py).
+MIDWAY: list = []
+
+
+def _midway(event: str, iteration: int, rank: int) -> None:
+    for callback in MIDWAY:
+        callback(event, iteration, rank)
 
 
 def _write_results_in_process() -> None:
@@ -122,10 +135,46 @@ def _state_dict(model: list, opt, spec, with_optimizer: bool, is_loading: bool) 
     return state
 
 
+def _megatron_common_state(worker, iteration: int) -> dict:
+    """What Megatron-LM keeps in a checkpoint's common state besides the tensors (generate_state_dict
+    in megatron/training/checkpointing.py): its `args`, the format version and the iteration."""
+    from helpers.runtime import build
+    from helpers.runtime.checkpoint import megatron_args
+
+    spec, model = worker.spec, worker.model_desc
+    options = build.gpt_model_options(worker.config, model, spec.seq_len)
+    return {"args": megatron_args.namespace(spec, worker.config, model, options, iteration),
+            "checkpoint_version": 3.0, "iteration": iteration,
+            "num_floating_point_operations_so_far": megatron_args.floating_point_operations(spec, model, iteration)}
+
+
+def _bridge_files(worker, root: Path, iteration: int) -> dict[str, bytes]:
+    """run_config.yaml and train_state.pt as Megatron-Bridge writes them (bridge_files.py)."""
+    import yaml
+
+    from helpers.runtime import build
+    from helpers.runtime.checkpoint import bridge_files
+
+    spec, model, config = worker.spec, worker.model_desc, worker.config
+    run = bridge_files.run_config(spec, config, model, build.gpt_model_options(config, model, spec.seq_len),
+                                  build.optimizer_config(config, spec), build.ddp_config(spec), root)
+    state = BytesIO()
+    torch.save(bridge_files.train_state(spec, model, iteration), state)
+    return {checkpoint_dir.RUN_CONFIG: yaml.safe_dump(run, sort_keys=False).encode(),
+            checkpoint_dir.TRAIN_STATE: state.getvalue()}
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
 def save(worker, root: Path, iteration: int, extra: dict) -> Path:
     """Save the worker's model chunks and optimizer as a training checkpoint (collective: every rank
-    calls). `latest` moves to it only after every rank has finished writing, so a crash mid-save
-    leaves the previous checkpoint current."""
+    calls), laid out as Megatron-LM and Megatron-Bridge save theirs (helpers/job/checkpoint_dir.py).
+    The trackers move to it only after every rank has finished writing, so a crash mid-save leaves
+    the previous checkpoint current."""
     model, opt, spec, model_desc, beat = worker.model, worker.opt, worker.spec, worker.model_desc, worker.beat
 
     rank = dist.get_rank()
@@ -138,14 +187,17 @@ def save(worker, root: Path, iteration: int, extra: dict) -> Path:
         path.mkdir(parents=True, exist_ok=True)
     dist.barrier()
     path.mkdir(parents=True, exist_ok=True)  # node-local save_dir: each node needs its own folder
-    faults.at_checkpoint("save", iteration, rank)
+    _midway("save", iteration, rank)
     beat(f"checkpoint save: writing {path.name}", iteration)
     state = _state_dict(model, opt, spec, with_optimizer=True, is_loading=False)
-    state["iteration"] = iteration
+    state.update(_megatron_common_state(worker, iteration))
     state["rng_state"] = _rng_object(rank, dist.get_world_size(), _rng_state())
     # verify_integrity: rank 0 writes integrity.json (SHA-256 of every file) after all ranks wrote.
+    # content_metadata: how the optimizer state is laid out, which Megatron-LM's and Bridge's loaders
+    # read back (load_content_metadata) before they ask for it.
     _write_results_in_process()
-    dist_checkpointing.save(state, str(path), verify_integrity=True)
+    dist_checkpointing.save(state, str(path), verify_integrity=True,
+                            content_metadata={k: v for k, v in _sharding_metadata(spec).items() if k != "dp_cp_group"})
     beat(f"checkpoint save: waiting for every rank ({path.name})", iteration)
     dist.barrier()
     if int(os.environ.get("LOCAL_WORLD_SIZE", dist.get_world_size())) != dist.get_world_size():
@@ -155,6 +207,7 @@ def save(worker, root: Path, iteration: int, extra: dict) -> Path:
             checkpoint_dir.node_manifest(path, int(os.environ.get("GROUP_RANK", 0)))
         dist.barrier()
     if rank == 0:
+        bridge = _bridge_files(worker, root, iteration)  # Megatron-Bridge's: name -> bytes
         write_json(path / checkpoint_dir.KIT_FILE, {
             "iteration": iteration, "layout": spec.layout_record(), "model": model_desc.to_dict(),
             "optimizer": "distributed" if spec.dist_opt else "local",
@@ -163,10 +216,12 @@ def save(worker, root: Path, iteration: int, extra: dict) -> Path:
             "data_position": {"next_iteration": iteration, "samples_consumed": iteration * spec.global_batch_size,
                               "source": "synthetic, indexed by iteration"},
             "seed": spec.seed, "global_batch": spec.global_batch_size, "seq_len": spec.seq_len,
+            "files": {name: hashlib.sha256(data).hexdigest() for name, data in bridge.items()},  # checked by verify
             **extra})
-        tmp = root / f".{checkpoint_dir.TRACKER}.tmp{os.getpid()}"
-        tmp.write_text(path.name + "\n")
-        os.replace(tmp, root / checkpoint_dir.TRACKER)  # atomic: readers see the old or the new name
+        for name, data in bridge.items():  # after the kit's record: a folder with them and without it is not the kit's
+            _write_atomic(path / name, data)
+        _write_atomic(root / checkpoint_dir.BRIDGE_TRACKER, bridge[checkpoint_dir.TRAIN_STATE])
+        checkpoint_dir.write_tracker(root, iteration)  # last, atomic: readers see the old or the new iteration
     dist.barrier()
     beat(f"checkpoint saved: {path.name}", iteration)
     return path
@@ -181,7 +236,7 @@ def load(worker, path: Path, load_optimizer: bool = True) -> dict:
     info = checkpoint_dir.verify(path, model_desc.to_dict())
     ckpt = Path(info["path"])
     rank = dist.get_rank()
-    faults.at_checkpoint("load", info["iteration"], rank)
+    _midway("load", info["iteration"], rank)
     beat(f"checkpoint load: reading {ckpt.name}", info["iteration"])
     with_opt = load_optimizer and opt is not None
     checkpoint_dir.check_optimizer(info, spec.dist_opt, with_opt)

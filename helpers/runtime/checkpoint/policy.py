@@ -35,6 +35,7 @@ def maybe_save(worker, iteration: int) -> None:
     spec = worker.spec
     if not spec.save_interval or (iteration % spec.save_interval and iteration != spec.iters):
         return
+    worker.param_gather.now()  # overlap_param_gather: every replica's weights updated before they are read
     loss = fixed_batch_loss(worker)
     io.save(worker, save_root(worker), iteration, {"eval_loss": loss})
 

@@ -8,9 +8,12 @@ Per node: local rank 0 of every node tokenizes the documents into `<cache>/data/
 builds the datasets once *before* torch.distributed starts, so Megatron's builder runs in its
 single-process mode and writes the index cache (document/sample/shuffle indices) there; the other
 local ranks wait for its ready file. After the process groups exist every rank builds the same
-datasets from the cache (a cache hit). Nothing is shared between nodes except the recipe; every
-node's file hashes go into the report so a node that read different bytes is caught. A new source,
-tokenizer or format is a new cache key: nothing already cached is overwritten.
+datasets from the cache (a cache hit). The source is the one pinned before start (data.json:
+every file's size and SHA-256, helpers/job/data/pinned.py), not resolved again; the cache key holds
+the pinned hashes, so a node checks a file's size before it uses its cache and the file's bytes
+(SHA-256) only when it tokenizes them: a cache entry always holds the pinned bytes. Nothing is shared
+between nodes except the recipe; every node's hashes go into the report. A new source, tokenizer or
+format is a new cache key: nothing already cached is overwritten.
 
 Splits: a source with a file per split (WikiText, a folder of train/valid/test files, the generated
 sets) gives one indexed dataset per split (Megatron's `blend_per_split`); one set of documents gives
@@ -37,9 +40,10 @@ from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
 
 from helpers.job import data, paths
 from helpers.job.data import documents, tokenizers
+from helpers.job.data.pinned import Pinned
 from helpers.job.data.source import Source
 from helpers.job.spec import JobSpec
-from helpers.rundir import names
+from helpers.rundir import names, prepared
 from helpers.runtime.measure.gather import node_label
 
 FORMAT = 2  # bump when tokenization or the on-disk layout changes (a new cache key)
@@ -79,11 +83,12 @@ def _tokenize(src: Source, tok, out: Path) -> dict:
     return stats
 
 
-def node_key(src: Source, tok) -> str:
-    """Cache key of the tokenized data: format, the source (its files' bytes, or the generator), tokenizer."""
-    files = {k: paths.sha256(Path(v)) for k, v in sorted(src.files.items()) if k != "prefix"}
-    key = json.dumps([FORMAT, src.kind, src.origin, src.format, src.column, src.split, files, tok.unique_identifiers],
-                     sort_keys=True)
+def node_key(pinned: Pinned, tok) -> str:
+    """Cache key of the tokenized data: format, the source (its files' pinned bytes, or the
+    generator), tokenizer."""
+    src = pinned.source
+    key = json.dumps([FORMAT, src.kind, src.origin, src.format, src.column, src.split, pinned.sha256(),
+                      tok.unique_identifiers], sort_keys=True)
     return hashlib.sha256(key.encode()).hexdigest()[:12]
 
 
@@ -94,12 +99,13 @@ def _hash_dir(folder: Path) -> dict[str, str]:
 class Prepared:
     """This node's tokenized data and the facts the report needs."""
 
-    def __init__(self, spec: JobSpec, src: Source):
-        self.spec, self.src = spec, src
+    def __init__(self, spec: JobSpec, pinned: Pinned):
+        src = pinned.source
+        self.spec, self.pinned, self.src = spec, pinned, src
         self.tokenizer = tokenizers.load(spec.tokenizer, Path(src.tokenizer_dir) if src.tokenizer_dir else None,
                                          spec.hf_model)
         node, self.host = node_label()  # one cache folder per node, simulated nodes included
-        self.dir = (paths.cache_dir() / "data" / f"{src.kind}-{spec.tokenizer}-{node_key(src, self.tokenizer)}"
+        self.dir = (paths.cache_dir() / "data" / f"{src.kind}-{spec.tokenizer}-{node_key(pinned, self.tokenizer)}"
                     / (node or socket.gethostname()))
 
     def facts(self) -> dict:
@@ -112,8 +118,11 @@ class Prepared:
         return {p.stem: str(p.with_suffix("")) for p in sorted(self.dir.glob("*.idx"))}
 
     def ensure_tokenized(self) -> None:
+        """This node's cache entry: used when there (the files' sizes checked), else made from the
+        files once their bytes are checked against the pinned SHA-256."""
         if (self.dir / "facts.json").exists():
-            return
+            return self.pinned.verify()
+        self.pinned.verify(hashes=True)
         tmp = self.dir.with_name(self.dir.name + f".tmp-{os.getpid()}")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -121,11 +130,9 @@ class Prepared:
         stats = {} if self.src.kind == "indexed" else _tokenize(self.src, self.tokenizer, tmp)
         tok_dir = Path(self.src.tokenizer_dir) if self.src.tokenizer_dir else None
         tok_files = tokenizers.files(self.spec.tokenizer, tok_dir)
-        given = ({ext: paths.sha256(Path(self.src.files["prefix"] + ext)) for ext in (".bin", ".idx")}
-                 if self.src.kind == "indexed" else {})
+        given = self.pinned.sha256() if self.src.kind == "indexed" else {}  # verified above
         facts = {"host": self.host, "source": self.src.to_dict(), "splits": stats,
-                 "source_sha256": {k: paths.sha256(Path(v)) for k, v in self.src.files.items() if k != "prefix"}
-                 or given,
+                 "source_sha256": self.pinned.sha256(),
                  "tokenizer": {"name": self.spec.tokenizer, "vocab_size": self.tokenizer.vocab_size,
                                "sha256": ({k: paths.sha256(p) for k, p in tok_files.items()}
                                           or self.tokenizer.unique_identifiers.get("files", {}))},
@@ -158,11 +165,10 @@ class Prepared:
 
 
 def prepare(run_dir: Path, spec: JobSpec) -> Prepared:
-    """Before torch.distributed starts: local rank 0 of each node tokenizes and builds the index
-    cache; the node's other ranks wait for its ready file (which names this node's hashes)."""
-    src = data.resolve(spec)
+    """Before torch.distributed starts: local rank 0 of each node tokenizes the pinned source
+    (data.json) and builds the index cache; the node's other ranks wait for its ready file."""
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    prep = Prepared(spec, src)
+    prep = Prepared(spec, prepared.data(run_dir))
     ready = Path(run_dir) / names.LOGS / f"data-ready-node{os.environ.get('GROUP_RANK', 0)}.json"
     if local_rank == 0:
         prep.ensure_tokenized()

@@ -5,12 +5,13 @@ provider, which *is* a TransformerConfig (MLATransformerConfig for DeepSeek) plu
 arguments (rotary base and scaling, tied embeddings). The kit keeps the architecture from it and
 overrides what the job decides (build.job_fields: layout, precision, CUDA fusions off), then
 `finalize()` runs Megatron's deferred config checks. The model itself is built by the kit's own
-builder (build.model_chunks, layer_specs.py): the provider's layer spec is Transformer Engine's,
+builder (build.model_chunks, layers/specs.py): the provider's layer spec is Transformer Engine's,
 and `provider.provide()` would start NCCL and move to CUDA."""
 from __future__ import annotations
 
 import os
 
+from helpers.job import families
 from helpers.job.spec import JobSpec
 
 # Provider fields Bridge's model classes turn on that need CUDA kernels or TE (Llama enables the
@@ -22,32 +23,18 @@ PROVIDER_OVERRIDES = dict(
 )
 
 
-# Architectures whose q/k norms span all heads (full_width_qk_norm.py): Bridge builds them with its
-# own attention class in a TE layer spec, which the kit replaces.
-FULL_WIDTH_QK_NORM = ("OlmoeForCausalLM",)
-# Architectures whose embeddings are scaled by sqrt(hidden) (layers/embedding_scale.py): Bridge does it
-# in its Gemma providers' provide(), which the kit does not call.
-SCALED_EMBEDDING = ("GemmaForCausalLM", "Gemma2ForCausalLM", "Gemma3ForCausalLM")
-# Gemma 2/3: norms after attention and the MLP (layers/post_norm.py); Bridge's own Gemma 2 attention
-# windows the odd layers, which Megatron's window_attn_skip_freq=2 says to the kit's attentions.
-SANDWICH_NORMS = ("Gemma2ForCausalLM", "Gemma3ForCausalLM")
-# Gemma 3: a rotary base per kind of layer, windows on five layers of six (layers/local_global_rotary.py).
-LOCAL_GLOBAL_ROTARY = ("Gemma3ForCausalLM",)
-
-
-def open_bridge(folder: str):
+def open_bridge(hf: dict):
     """Megatron-Bridge's AutoBridge for a local HF folder, its mapping registry edited for the kit's
     builder and the folder's own spelling of any aliased tensor name (registry.py); never touches
-    the network."""
+    the network. `hf`: the folder's record in model.json (path, architectures, renames), read before
+    start (helpers/job/hf_model.Folder.record), so no rank reads config.json or a header for it."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    from helpers.job import hf_model, hf_names
     from helpers.runtime.hf import registry, te_standin
 
-    config = hf_model.read_config(folder)
-    bridge = te_standin.import_auto_bridge(config.get("architectures") or ()).from_hf_pretrained(folder)
+    bridge = te_standin.import_auto_bridge(hf["architectures"] or ()).from_hf_pretrained(hf["path"])
     registry.register_kit_modules()
-    renames = hf_names.renames(hf_model.architecture(config), hf_names.tensor_names(folder))
+    renames = hf["renames"]
     return registry.edited(bridge, [registry.local_experts] + ([registry.folder_names(renames)] if renames else []))
 
 
@@ -65,13 +52,16 @@ def provider_config(bridge, spec: JobSpec, on_cpu: bool, bf16: bool):
     if provider.num_moe_experts:
         overrides["moe_token_dispatcher_type"] = spec.moe_dispatcher
     provider.apply_overrides_and_finalize(overrides=overrides)
-    architectures = getattr(bridge.hf_pretrained.config, "architectures", None) or ()
-    provider.qk_norm_full_width = any(a in FULL_WIDTH_QK_NORM for a in architectures)
-    provider.scale_embedding = any(a in SCALED_EMBEDDING for a in architectures)
-    provider.sandwich_norms = any(a in SANDWICH_NORMS for a in architectures)
-    if any(a in LOCAL_GLOBAL_ROTARY for a in architectures):
+    # What the family's builder adds beyond Bridge's provider (helpers/job/families.py)
+    family = families.of_architectures(getattr(bridge.hf_pretrained.config, "architectures", None) or ())
+    provider.qk_norm_full_width = family.qk_norm == families.FULL_WIDTH
+    provider.scale_embedding = family.scaled_embedding
+    provider.sandwich_norms = family.sandwich_norms
+    if family.local_global_rotary:  # Gemma 3: its windows on five layers of six come with the rotary tables
         local_global_rotary.prepare_config(provider)
     elif provider.sandwich_norms and provider.window_size is not None:
+        # Bridge's own Gemma 2 attention windows the odd layers, which Megatron's
+        # window_attn_skip_freq=2 says to the kit's attentions
         provider.window_attn_skip_freq = 2
     if provider.multi_latent_attention:
         mla.prepare_config(provider)

@@ -19,7 +19,13 @@ How it stays harmless (measured for megatron-bridge 0.6.2 / megatron-core 0.19.2
 Which of Bridge's modules are imported at all: bridge_import.py (the job's architecture only).
 
 `modelopt_standin()` does the same for the one name `save_hf_pretrained` imports from nvidia-modelopt
-(`modelopt.torch.quantization.utils.is_quantized`), around the export call only."""
+(`modelopt.torch.quantization.utils.is_quantized`), around the export call only.
+
+`training_config_imports()` is for importing Bridge's training config (and a recipe built on it,
+helpers/runtime/hf/recipe_check.py): the TE stand-in as above, and one for `megatron.energon`
+(megatron-energon, Bridge's multimodal data loader, whose own imports pull a storage client and
+some ten more packages): training/config.py imports it through its data builders, and a GPT
+recipe never builds one. Its three names refuse to be called."""
 from __future__ import annotations
 
 import contextlib
@@ -58,8 +64,10 @@ MODELOPT_NAMES = ("modelopt", "modelopt.torch", "modelopt.torch.quantization", "
 class Unavailable:
     """Placeholder for a TE class: usable in annotations and isinstance, refuses construction."""
 
+    package = "Transformer Engine"
+
     def __init__(self, *args, **kwargs):
-        raise RuntimeError("Transformer Engine is not installed (the kit's import stand-in holds its name)")
+        raise RuntimeError(f"{self.package} is not installed (the kit's import stand-in holds its name)")
 
 
 def _package(name: str) -> types.ModuleType:
@@ -118,6 +126,38 @@ def _auto_bridge(architectures):
     try:
         with _registered(_te_modules()):  # (again for a second architecture: every step is idempotent)
             return bridge_import.auto_bridge(architectures)
+    finally:
+        logging.disable(previous)
+
+
+ENERGON_NAMES = ("WorkerConfig", "get_savable_loader", "get_train_dataset")  # what Bridge imports from it
+
+
+@contextlib.contextmanager
+def training_config_imports():
+    """While importing `megatron.bridge.training.config` (or a recipe) without TE or megatron-energon."""
+    import logging
+
+    if "megatron.core" not in sys.modules:
+        raise RuntimeError("import megatron.core before Megatron-Bridge (the TE stand-in relies on it)")
+    modules = {}
+    if not te_installed():
+        for name in PREIMPORT:
+            with contextlib.suppress(ImportError):
+                importlib.import_module(name)
+        from megatron.core import utils
+        utils.get_te_version()
+        modules.update(_te_modules())
+    if importlib.util.find_spec("megatron.energon") is None:
+        energon = _package("megatron.energon")
+        for name in ENERGON_NAMES:
+            setattr(energon, name, type(name, (Unavailable,), {"package": "megatron-energon"}))
+        modules["megatron.energon"] = energon
+    previous = logging.root.manager.disable
+    logging.disable(logging.INFO)
+    try:
+        with _registered(modules):
+            yield
     finally:
         logging.disable(previous)
 

@@ -11,7 +11,7 @@ raises one HFImportError naming the parameters.
 `export`: `bridge.save_hf_pretrained` (collective: every rank gathers full HF tensors; rank 0
 writes config.json, the tokenizer and the safetensors in the source's shard layout). It imports one
 function of nvidia-modelopt, which te_standin stands in for. It needs the source's tokenizer
-(helpers/job/hf_model.py checks that before launch)."""
+(helpers/job/rules/hf.py checks that before launch)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -10,7 +10,7 @@ on the query and on the key of every layer; on a 1.4B GPT on one H200 they took 
 no MLA interleaving, no packed sequences), written once here so that torch.compile fuses it into
 one kernel forward and one backward; every other case goes to Megatron's own function unchanged.
 `install()` points Megatron's attention module at it; the worker calls it only on GPU (on CPU the
-kit imports Megatron without torch.compile, see cpu_compat.py)."""
+kit imports Megatron without torch.compile, see compat/cpu.py)."""
 from __future__ import annotations
 
 import functools

@@ -7,6 +7,6 @@ sees one object, observer.py's Observer:
                     clock.py (their stamps: CUDA events on GPU, settled once per iteration)
   moe_stats.py      tokens per expert, aux loss       memory_stats.py   static bytes, device peaks
   gather.py         collectives to rank 0 (groups.json, host facts)
-  torch_profile.py  KIT_TORCH_PROFILE (+ gpu_idle.py)  linear_tensors.py KIT_CAPTURE_TENSORS
-  faults.py         KIT_FAULT: failures injected on purpose
-KIT_INSTRUMENT=0 turns comm/timeline recording off."""
+  torch_profile.py  JobSpec.torch_profile (+ gpu_idle.py)  linear_tensors.py JobSpec.capture_tensors_at
+  faults.py         JobSpec.faults: failures injected on purpose, through hooks
+JobSpec.instruments turns comm/timeline/router recording on or off (auto: on on cpu, off on cuda)."""

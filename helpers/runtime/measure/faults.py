@@ -1,49 +1,75 @@
-"""Fault injection for tests and the failure-modes lesson, driven by one environment variable:
-    KIT_FAULT="<kind>@<iteration>[:rank<N>]"   kind: raise | hang | nan | exit | killjob
-                                               | exit_during_save | hang_during_save | killjob_during_save
-                                               | exit_during_load | hang_during_load
-e.g. KIT_FAULT="raise@2:rank1" makes rank 1 raise at iteration 2. `killjob` is `kill -9` of the
-whole job (every rank and torchrun). The *_during_save/load kinds fire inside the checkpoint
-save of that iteration / the load of a checkpoint of that iteration. Unset = no effect."""
+"""Failures injected on purpose for the tests and the failure-modes lesson: JobSpec.faults, whose
+kinds and grammar are helpers/job/faults.py's and which the rules check before start. Each fault
+enters through a hook, and a job without faults installs none:
+
+  raise, exit, killjob, hang     `Injected.begin(iteration)`, the Observer's first call of an iteration
+  nan                            a forward hook on the first model chunk: its output times NaN during
+                                 that iteration (NaN hidden states reach the loss through every later stage)
+  *_during_save, *_during_load   a callback in helpers/runtime/checkpoint/io.py's MIDWAY list
+
+    worker.faults = faults.install(worker)   # after DDP and the optimizer, before resuming"""
 from __future__ import annotations
 
 import os
 import signal
 import time
 
+from helpers.job import faults
+from helpers.runtime.checkpoint import io as checkpoint_io
 
-def _parse():
-    value = os.environ.get("KIT_FAULT")
-    if not value:
+
+class Injected:
+    """This rank's faults and the hooks that fire them."""
+
+    def __init__(self, mine: list[faults.Fault], rank: int):
+        self.faults, self.rank = mine, rank
+        self.nan_now = False
+
+    def begin(self, iteration: int) -> None:
+        """At the start of an iteration: fail now, or arm the NaN hook for this iteration."""
+        self.nan_now = False
+        for fault in self.faults:
+            if fault.event is None and fault.fires(iteration, self.rank):
+                if fault.kind == "nan":
+                    self.nan_now = True
+                else:
+                    fail(fault, fault.kind, self.rank)
+
+    def nan_output(self, module, args, output):
+        """Forward hook: the chunk's output (per-token losses, or the hidden states a later stage
+        takes) turned NaN in training forwards of an armed iteration."""
+        if self.nan_now and module.training:
+            return output * float("nan")
         return None
-    what, _, rank = value.partition(":")
-    kind, _, iteration = what.partition("@")
-    return kind, int(iteration or 1), (int(rank.removeprefix("rank")) if rank else None)
+
+    def midway(self, event: str, iteration: int, rank: int) -> None:
+        """checkpoint/io.py's callback, midway through a save or load."""
+        for fault in self.faults:
+            if fault.event == event and fault.fires(iteration, rank):
+                fail(fault, fault.kind.partition("_during_")[0], rank)
 
 
-def maybe_inject(iteration: int, rank: int) -> float:
-    """Called at the start of each iteration. Returns a loss multiplier (NaN for `nan`)."""
-    fault = _parse()
-    if fault is None:
-        return 1.0
-    kind, at, only_rank = fault
-    if iteration != at or (only_rank is not None and rank != only_rank):
-        return 1.0
-    if kind == "raise":
-        raise RuntimeError(f"injected failure on rank {rank} at iteration {iteration} (KIT_FAULT)")
-    if kind.endswith(("_during_save", "_during_load")):
-        return 1.0  # fires in at_checkpoint()
-    if kind == "killjob":
+def install(worker) -> Injected | None:
+    """The hooks for this rank's faults (None: no fault names this rank)."""
+    mine = [f for f in map(faults.parse, worker.spec.faults) if f.rank in (None, worker.rank)]
+    if not mine:
+        return None
+    injected = Injected(mine, worker.rank)
+    checkpoint_io.MIDWAY.append(injected.midway)
+    if any(f.kind == "nan" for f in mine):
+        worker.model[0].register_forward_hook(injected.nan_output)
+    return injected
+
+
+def fail(fault: faults.Fault, how: str, rank: int) -> None:
+    if how == "raise":
+        raise RuntimeError(f"injected failure on rank {rank} at iteration {fault.iteration} (fault {fault})")
+    if how == "killjob":
         kill_job()
-    if kind == "exit":
-        os._exit(3)  # a crash without a Python traceback (like a segfault or OOM kill)
-    if kind == "hang":
-        while True:  # a stuck rank: the runner's timeout must end the job
-            time.sleep(1)
-    if kind == "nan":
-        return float("nan")
-    raise ValueError(f"unknown KIT_FAULT kind {kind!r} (use raise, exit, killjob, hang, nan, or "
-                     "exit|hang|killjob _during_save|_during_load)")
+    if how == "exit":
+        os._exit(3)  # a crash without a Python traceback (an OOM kill, a segfault); a save's shard is never written
+    while True:  # hang: a stuck rank; a watchdog must end the job
+        time.sleep(1)
 
 
 def kill_job() -> None:
@@ -60,20 +86,3 @@ def kill_job() -> None:
             except psutil.NoSuchProcess:
                 pass
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-def at_checkpoint(event: str, iteration: int, rank: int) -> None:
-    """Called by helpers/runtime/checkpoint/io.py in the middle of a save or load (`event`)."""
-    fault = _parse()
-    if fault is None:
-        return
-    kind, at, only_rank = fault
-    if kind not in (f"exit_during_{event}", f"hang_during_{event}", f"killjob_during_{event}") or iteration != at \
-            or (only_rank is not None and rank != only_rank):
-        return
-    if kind.startswith("killjob"):
-        kill_job()
-    if kind.startswith("exit"):
-        os._exit(3)  # this rank dies; its shard of the checkpoint is never written
-    while True:
-        time.sleep(1)

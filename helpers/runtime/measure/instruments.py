@@ -1,6 +1,6 @@
 """The worker's measuring instruments in one object, so train.py needs only a few short calls:
 
-    inst = instruments.Instruments(model, device)   # after DDP and optimizer are built
+    inst = instruments.Instruments(model, device, enabled)   # after DDP and optimizer; enabled: JobSpec.instruments
     inst.begin(it)        # before forward_backward   ... inst.paused() around the kit's own loss sum
     inst.phase("optimizer")                          # before opt.step
     inst.end()            # after opt.step
@@ -9,7 +9,6 @@
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -23,8 +22,8 @@ from helpers.runtime.measure.timeline import Timeline
 
 
 class Instruments:
-    def __init__(self, model: list, device: torch.device):
-        self.enabled = os.environ.get("KIT_INSTRUMENT", "1") != "0"  # KIT_INSTRUMENT=0: record nothing
+    def __init__(self, model: list, device: torch.device, enabled: bool):
+        self.enabled = enabled  # off: no hook installed, nothing recorded, no CUDA event
         rank = dist.get_rank()
         # one clock for every record: on GPU its stamps are CUDA events, settled once per iteration
         self.clock = Clock(cuda=device.type == "cuda" and self.enabled)
@@ -37,6 +36,8 @@ class Instruments:
         self.timeline = Timeline(rank, model, clock=self.clock).install()
 
     def begin(self, iteration: int) -> None:
+        if not self.enabled:
+            return
         self.clock.anchor()  # settles the previous iteration's stamps (one synchronisation)
         self.timeline.iteration = iteration
         self.comm.begin(iteration, "forward_backward")
@@ -46,6 +47,8 @@ class Instruments:
         return self.comm.paused()
 
     def phase(self, name: str) -> None:
+        if not self.enabled:
+            return
         now = self.clock.stamp()
         prev, t0 = next(iter(self._t.items()))
         self.timeline.mark(prev, t0, now)
@@ -53,6 +56,8 @@ class Instruments:
         self.comm.phase = name
 
     def end(self) -> None:
+        if not self.enabled:
+            return
         self.comm.end()
         prev, t0 = next(iter(self._t.items()))
         self.timeline.mark(prev, t0, self.clock.stamp())

@@ -1,4 +1,4 @@
-"""Real GEMM operands for the precision lesson and benchmark: with KIT_CAPTURE_TENSORS=N, rank 0
+"""Real GEMM operands for the precision lesson and benchmark: with JobSpec.capture_tensors_at=N, rank 0
 keeps, at iteration N, the input activation, the output gradient and the weight of every linear
 of its first transformer layer (first microbatch) and writes them to RUN_DIR/linear_tensors.pt
 as {linear name: {"input", "grad_output", "weight"}} (bf16/fp32 as trained, on the CPU; at most
@@ -6,7 +6,6 @@ MAX_ROWS tokens per activation, enough to measure a recipe's error and small eno
 Off (the default): nothing is installed."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import torch
@@ -48,6 +47,5 @@ class LinearTensors:
             torch.save(self.found, Path(run_dir) / names.LINEAR_TENSORS)
 
 
-def install(model: list, rank: int) -> LinearTensors | None:
-    it = os.environ.get("KIT_CAPTURE_TENSORS")
-    return LinearTensors(model, int(it), rank) if it else None
+def install(model: list, rank: int, iteration: int | None) -> LinearTensors | None:
+    return LinearTensors(model, iteration, rank) if iteration is not None else None

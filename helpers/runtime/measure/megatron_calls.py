@@ -4,7 +4,13 @@ DistributedDataParallelConfig and of OptimizerConfig that differ from Megatron's
 model class and its constructor arguments, the schedule `get_forward_backward_func` returned, the
 batch sizes, and every rank's module tree (Megatron's class names and the local shapes). A learner
 reads the kit's flags next to Megatron's own arguments (helpers/views/megatron_calls.py), and
-helpers/rundir/megatron_flags.py turns the record into Megatron-LM's command-line flags."""
+helpers/rundir/megatron_flags.py turns the record into Megatron-LM's command-line flags.
+
+With megatron.json rank 0 writes the same job for the two tools users run on GPU clusters:
+megatron-lm.sh (helpers/rundir/megatron_lm.py) and bridge_recipe.py (helpers/rundir/bridge_recipe.py),
+from the record plus `data`: the indexed datasets and the tokenizer the job read. `planned(spec)`
+makes the same record without starting the job (no process groups, no model), so a layout can be
+written out, and checked, for machines it never ran on."""
 from __future__ import annotations
 
 import dataclasses
@@ -101,27 +107,105 @@ def record(worker) -> dict:
     """Rank 0's record of the job's calls (not the module trees, which every rank adds)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
 
+    model, opt = worker.model, worker.opt
+    return calls_record(worker.spec, worker.config, [model_record(unwrap(chunk)) for chunk in model],
+                        model[0].ddp_config, getattr(opt, "config", None), get_forward_backward_func().__name__,
+                        data_record(worker.spec, worker.data))
+
+
+def calls_record(spec, config, chunks: list[dict], ddp_config, optimizer_config, schedule: str, data: dict) -> dict:
+    """The record from the objects the job built (or would build: `planned`)."""
     from helpers.runtime.setup import collective_timeout_s, parallel_args
 
-    spec, model, opt = worker.spec, worker.model, worker.opt
-    schedule = get_forward_backward_func()
     return {
         "initialize_model_parallel": jsonable(parallel_args(spec, collective_timeout_s(spec))),
-        "TransformerConfig": {"class": f"{type(worker.config).__module__}.{type(worker.config).__name__}",
-                              "fields": non_defaults(worker.config)},
-        "model": [model_record(unwrap(chunk)) for chunk in model],
+        "TransformerConfig": {"class": f"{type(config).__module__}.{type(config).__name__}",
+                              "fields": non_defaults(config)},
+        "model": chunks,
         "transformer_impl": "transformer_engine" if spec.backend == "te" else "local",
-        "DistributedDataParallelConfig": non_defaults(model[0].ddp_config),
-        "OptimizerConfig": non_defaults(opt.config) if getattr(opt, "config", None) is not None else {},
-        "get_forward_backward_func": schedule.__name__,
+        "DistributedDataParallelConfig": non_defaults(ddp_config),
+        "OptimizerConfig": non_defaults(optimizer_config) if optimizer_config is not None else {},
+        "get_forward_backward_func": schedule,
         "batch": {"micro_batch_size": spec.micro_batch, "global_batch_size": spec.global_batch_size,
                   "seq_length": spec.seq_len, "train_iters": spec.iters, "lr": spec.lr, "min_lr": spec.min_lr,
                   "lr_warmup_iters": spec.lr_warmup_iters, "lr_decay_style": spec.lr_decay,
                   "seed": spec.seed},
+        "data": data,
     }
 
 
+def data_record(spec, prepared) -> dict:
+    """What another tool needs to read the same data: the kind of data, the indexed datasets by role
+    (a split's, "all" with Megatron's split weights, or the user's own prefix) and the tokenizer
+    (its name, vocabulary, and its files or folder). Synthetic data: the kind and the vocabulary."""
+    from pathlib import Path
+
+    from helpers.job.data import tokenizers
+
+    if prepared is None:
+        return {"kind": "synthetic"}
+    src = prepared.src
+    files = tokenizers.files(spec.tokenizer, Path(src.tokenizer_dir) if src.tokenizer_dir else None)
+    return {"kind": src.kind, "prefixes": prepared.prefixes(), "split": src.split,
+            "tokenizer": {"name": spec.tokenizer, "vocab_size": prepared.tokenizer.vocab_size,
+                          "files": {k: str(v) for k, v in files.items()},
+                          "folder": spec.hf_model if spec.tokenizer == "hf" else None}}
+
+
+def schedule_name(spec) -> str:
+    """The schedule Megatron's get_forward_backward_func returns for this layout."""
+    if spec.pp == 1:
+        return "forward_backward_no_pipelining"
+    return "forward_backward_pipelining_with_interleaving" if spec.vpp else \
+        "forward_backward_pipelining_without_interleaving"
+
+
+def planned(spec) -> dict:
+    """The record (without module trees) a job of this resolved spec writes, made in this process
+    without starting it: the config as the worker builds it (a preset's, or Megatron-Bridge's
+    provider for an HF folder), GPTModel's arguments for rank 0's chunks, the DDP and optimizer
+    configs, the schedule, and real data tokenized into the kit's cache as the job's node would."""
+    from helpers.job import data
+    from helpers.runtime import build
+
+    on_cpu = spec.device == "cpu"
+    model = spec.model_preset()
+    if spec.hf_model:
+        from helpers.job import hf_model
+        from helpers.runtime.hf import config as hf_config
+        bridge = hf_config.open_bridge(hf_model.read(spec.hf_model).record())
+        config = hf_config.provider_config(bridge, spec, on_cpu, spec.bf16)
+    else:
+        config = build.transformer_config(model, spec, on_cpu, spec.bf16)
+    options = jsonable(build.gpt_model_options(config, model, spec.seq_len))
+    model_class = "megatron.core.models.hybrid.hybrid_model.HybridModel" \
+        if getattr(config, "hybrid_layer_pattern", None) else "megatron.core.models.gpt.gpt_model.GPTModel"
+    chunks = [{"class": model_class, **{k: v for k, v in options.items() if not k.startswith("rope_scaling")
+                                         and k != "seq_len_interpolation_factor"},
+               "pre_process": i == 0, "post_process": spec.pp == 1 and i == (spec.vpp or 1) - 1,
+               "vp_stage": i if spec.vpp else None} for i in range(spec.vpp or 1)]
+    prepared = None
+    if spec.data != "synthetic":
+        from helpers.runtime.data.indexed import Prepared
+        prepared = Prepared(spec, data.pin(data.resolve(spec)))
+        prepared.ensure_tokenized()
+    return calls_record(spec, config, chunks, build.ddp_config(spec), build.optimizer_config(config, spec),
+                        schedule_name(spec), data_record(spec, prepared))
+
+
 def write(path, calls: dict, trees: list[list[dict]]) -> None:
+    """megatron.json, then the same job for Megatron-LM (megatron-lm.sh) and Megatron-Bridge
+    (bridge_recipe.py) next to it."""
+    from pathlib import Path
+
+    from helpers.job.spec import JobSpec
+    from helpers.rundir import bridge_recipe, megatron_lm, names
     from helpers.rundir.writer import write_json
+
     write_json(path, {**calls, "modules": {str(rank): rows for rank, rows in enumerate(trees)}})
+    run_dir = Path(path).parent
+    spec = JobSpec.read(run_dir / names.SPEC)
+    calls = {**calls, "modules": {"0": trees[0]}}  # rank 0's modules name the kit's substitutes
+    megatron_lm.write(run_dir, calls, spec)
+    bridge_recipe.write(run_dir, calls, spec)
 

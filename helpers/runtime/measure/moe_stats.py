@@ -11,7 +11,7 @@ accumulated over the microbatches; each TP*CP rank holds a partial that Megatron
 over TP*CP and averages over DP). We copy the raw values and clear the tracker each iteration, as
 Megatron's training loop does when it reports.
 
-    stats = moe_stats.RouterLog(model)      # no-op for dense models
+    stats = moe_stats.RouterLog(model, enabled)   # no-op for dense models, or not enabled (JobSpec.instruments)
     stats.begin(it); ...; stats.end()       # around each iteration's forward/backward
     stats.finish(run_dir)                   # collective: moe.jsonl on rank 0
 """
@@ -28,14 +28,15 @@ from helpers.runtime.measure.gather import gather_to_rank0
 
 
 class RouterLog:
-    def __init__(self, model: list):
+    def __init__(self, model: list, enabled: bool):
         from megatron.core.transformer.moe.router import TopKRouter
 
         self.rank = dist.get_rank()
         self.rows: list[dict] = []
         self._counts: dict[int, torch.Tensor] = {}
         self._iteration = None
-        self.routers = [m for chunk in model for m in chunk.modules() if isinstance(m, TopKRouter)]
+        # off: no hook (on GPU each router's counts are a copy to the host, a wait per microbatch)
+        self.routers = [m for chunk in model for m in chunk.modules() if isinstance(m, TopKRouter)] if enabled else []
         for router in self.routers:
             router.register_forward_hook(self._hook)
 

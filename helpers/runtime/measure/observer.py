@@ -2,28 +2,32 @@
 that the loop itself (helpers/runtime/train.py) reads like Megatron's. It calls four methods:
 
     observer = Observer(worker, start)    # process groups, report card, instruments installed
-    scale = observer.begin(iteration)      # stamps, heartbeat, injected fault (loss scale: 1.0 or NaN)
-    loss = observer.loss(losses)           # the global-batch loss from Megatron's per-microbatch dicts
-    observer.end(ok, grad_norm)            # metrics.jsonl line (and TensorBoard), report card, ranks.json
+    observer.begin(iteration)              # stamps, heartbeat, injected faults (worker.faults)
+    loss = observer.loss(losses)           # logged iterations: the global-batch loss (else None)
+    observer.end(ok, grad_norm)            # NaN guard; logged iterations: metrics.jsonl line, TensorBoard
     observer.finish(validation_records)    # comm/timeline/moe files, device peaks, the card's last checks
 
 What it owns: the report card (report_card.py), metrics.jsonl and its TensorBoard events
-(tensorboard.py), the heartbeat, the instruments
-(comm log, timeline: instruments.py), the MoE router log, captured GEMM operands
-(KIT_CAPTURE_TENSORS), the profiler window (KIT_TORCH_PROFILE) and fault injection (KIT_FAULT).
-None of it changes what Megatron computes. With KIT_INSTRUMENT=0 the instruments record nothing
-and install no hook; what remains on the GPU path is one synchronisation per iteration for the
-step time, which Megatron's own timers also take."""
+(tensorboard.py), the heartbeat, and what the job asks for in its JobSpec: the instruments
+(`instruments`: comm log and timeline, instruments.py; the MoE router log, moe_stats.py), captured
+GEMM operands (`capture_tensors_at`, linear_tensors.py), the profiler window (`torch_profile`,
+torch_profile.py) and the faults' iteration hook (`faults`, faults.py, installed by train.run).
+None of it changes what Megatron computes.
+
+What every iteration costs: a few host-side notes (the heartbeat is written by its own thread, at
+most once a second) and a NaN check of the grad norm Megatron's optimizer has already brought to
+the host. Only a logged iteration (every `log_interval`-th, and the last) waits for the device: the
+global loss is a collective and one `.item()`. Its metrics.jsonl line gives the interval's mean
+step time (the host time of its iterations, without the checkpoints and validations between them,
+as Megatron-LM's interval timer). The report card is written at the first and last iteration, at
+checkpoint and validation iterations, and when a NaN stops the job; never per iteration."""
 from __future__ import annotations
 
 import math
 import time
 
-import torch
-
 from helpers.rundir import names, writer
 from helpers.runtime.measure import (
-    faults,
     gather,
     instruments,
     linear_tensors,
@@ -51,71 +55,104 @@ class Observer:
             megatron_calls.write(worker.run_dir / names.MEGATRON, megatron_calls.record(worker), trees)
         self.metrics = writer.Metrics(worker.run_dir, enabled=rank == 0)
         self.tensorboard = tensorboard.TensorBoard(worker.run_dir, enabled=rank == 0 and spec.tensorboard == "on")
-        self.instruments = instruments.Instruments(worker.model, worker.device)  # comm.jsonl, timeline.jsonl
-        self.routers = moe_stats.RouterLog(worker.model)  # moe.jsonl (MoE models)
-        self.captured = linear_tensors.install(worker.model, rank)  # KIT_CAPTURE_TENSORS=N (lesson 16)
-        self.profile = ProfileWindow(spec.iters, rank)  # KIT_TORCH_PROFILE=FILE (benchmarks)
+        recording = spec.instruments == "on"
+        self.instruments = instruments.Instruments(worker.model, worker.device, recording)  # comm, timeline
+        self.routers = moe_stats.RouterLog(worker.model, recording)  # moe.jsonl (MoE models)
+        self.captured = linear_tensors.install(worker.model, rank, spec.capture_tensors_at)  # lesson 16
+        self.profile = ProfileWindow(spec, rank)  # benchmarks
         self.tokens_per_iteration = spec.global_batch_size * spec.seq_len
-        self.iteration, self.times = start, {}
+        self.iteration, self.times, self.loss_value = start, {}, None
+        self.interval: list[float] = []  # host seconds of each iteration since the last logged one
 
-    def begin(self, iteration: int) -> float:
-        """Before the iteration's first step. Returns the loss scale the forward step applies: 1.0,
-        or NaN when KIT_FAULT injects one (other faults raise, hang or exit here)."""
+    def logged(self, iteration: int) -> bool:
+        """Every log_interval-th iteration (Megatron-LM's --log-interval) and the last one."""
+        spec = self.worker.spec
+        return iteration % spec.log_interval == 0 or iteration == spec.iters
+
+    def begin(self, iteration: int) -> None:
+        """Before the iteration's first step; an injected fault fires or arms here."""
         self.iteration = iteration
         self.profile.before(iteration - 1)
         self.times = {"start": time.perf_counter()}
-        scale = faults.maybe_inject(iteration, self.worker.rank)
+        if self.worker.faults:
+            self.worker.faults.begin(iteration)
         self.worker.beat("forward/backward", iteration)
         self.instruments.begin(iteration)
         self.routers.begin(iteration)
         if self.captured:
             self.captured.current = iteration
         self.times["queueing"] = time.perf_counter()
-        return scale
 
-    def loss(self, losses: list) -> float:
-        """After Megatron's forward/backward schedule: the global-batch mean loss (a collective the
-        instruments do not count: it is the kit's, not Megatron's). Stops the job on NaN."""
-        self.times["issued"] = time.perf_counter()  # every microbatch is queued (on a GPU nothing waited yet)
-        with self.instruments.paused():
-            loss = global_loss(losses, self.worker.spec, self.worker.device)  # waits for the device (.item)
-        self.times["drained"] = time.perf_counter()
-        self.card.loss(self.iteration, loss)
-        self.loss_value = loss
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"loss is {loss} at iteration {self.iteration}: training stopped "
-                                     "(check the learning rate, precision and input data)")
+    def loss(self, losses: list) -> float | None:
+        """After Megatron's forward/backward schedule. On a logged iteration: the global-batch mean
+        loss, recorded on the card; a NaN stops the job. None on the others."""
+        self.loss_value = self._global_loss(losses) if self.logged(self.iteration) else None
         self.worker.beat("optimizer step", self.iteration)
         self.instruments.phase("optimizer")
+        return self.loss_value
+
+    def _global_loss(self, losses: list) -> float:
+        """A collective the instruments do not count (it is the kit's, not Megatron's), and the
+        iteration's one wait for the device (.item)."""
+        self.times["issued"] = time.perf_counter()  # every microbatch is queued (on a GPU nothing waited yet)
+        with self.instruments.paused():
+            loss = global_loss(losses, self.worker.spec, self.worker.device)
+        self.times["drained"] = time.perf_counter()
+        self.card.loss(self.iteration, loss)
+        if not math.isfinite(loss):
+            stop(f"loss is {loss} at iteration {self.iteration}")
         return loss
 
     def end(self, ok: bool, grad_norm) -> None:
         """After the optimizer step (before the learning-rate scheduler moves on: the line records
         the lr this step used)."""
-        worker, it, t = self.worker, self.iteration, self.times
-        lr = float(worker.opt.param_groups[0]["lr"])
+        worker, it = self.worker, self.iteration
+        self.interval.append(time.perf_counter() - self.times["start"])
         self.instruments.end()
         self.routers.end()
         self.card.step(it, ok, grad_norm, worker.model, check_replicas=it - 1 in (self.start, worker.spec.iters - 1))
-        if worker.device.type == "cuda":
-            torch.cuda.synchronize()
-        step = time.perf_counter() - t["start"]
+        if grad_norm is not None and not math.isfinite(grad_norm):  # a NaN between logged losses
+            stop(f"grad norm is {grad_norm} at iteration {it}")
+        if it - 1 == self.start:
+            self._write_ranks()
+        if self.logged(it):
+            self._log(ok, grad_norm)
+        if self._card_due(it):
+            self.card.write()
         self.profile.after(it - 1)
-        record = {"iteration": it, "time": time.time(), "loss": self.loss_value, "grad_norm": float(grad_norm or 0.0),
-                  "lr": lr, "skipped": not ok, "step_time_s": step, "tokens_per_s": self.tokens_per_iteration / step,
+        worker.beat("iteration done", it)
+
+    def _log(self, ok: bool, grad_norm) -> None:
+        """metrics.jsonl's line (and TensorBoard's points) for a logged iteration."""
+        worker, t = self.worker, self.times
+        step = sum(self.interval) / len(self.interval)
+        self.interval = []
+        record = {"iteration": self.iteration, "time": time.time(), "loss": self.loss_value,
+                  "grad_norm": float(grad_norm or 0.0), "lr": float(worker.opt.param_groups[0]["lr"]),
+                  "skipped": not ok, "step_time_s": step, "tokens_per_s": self.tokens_per_iteration / step,
                   # host-bound or device-bound: how long the host took to queue the forward/backward
                   # passes, and how long it then waited for the device to finish them (~0: host-bound)
-                  "fwd_bwd_issue_s": t["issued"] - t["queueing"], "fwd_bwd_drain_s": t["drained"] - t["issued"]}
-        if it - 1 == self.start:  # ranks.json: what each rank holds, after the first step allocated it all
-            static = gather.gather_to_rank0({**memory_stats.static_memory(worker.model, worker.opt),
-                                             **self.instruments.rank_facts()})
-            if worker.rank == 0:
-                writer.write_json(worker.run_dir / names.RANKS,
-                                  {str(r): {**self.host[r], **static[r]} for r in range(len(static))})
-        record.update(memory_stats.device_memory(worker.device))
+                  "fwd_bwd_issue_s": t["issued"] - t["queueing"], "fwd_bwd_drain_s": t["drained"] - t["issued"],
+                  **memory_stats.device_memory(worker.device)}
         self.metrics.write(record)
         self.tensorboard.iteration(record)
-        worker.beat("iteration done", it)
+
+    def _write_ranks(self) -> None:
+        """ranks.json: what each rank holds, after the first step allocated it all (collective)."""
+        worker = self.worker
+        static = gather.gather_to_rank0({**memory_stats.static_memory(worker.model, worker.opt),
+                                         **self.instruments.rank_facts()})
+        if worker.rank == 0:
+            writer.write_json(worker.run_dir / names.RANKS,
+                              {str(r): {**self.host[r], **static[r]} for r in range(len(static))})
+
+    def _card_due(self, it: int) -> bool:
+        """The iterations after which report.json is written: the first and the last, and those
+        that save a checkpoint or validate."""
+        spec = self.worker.spec
+        saves = bool(spec.save_interval) and it % spec.save_interval == 0
+        validates = spec.data != "synthetic" and bool(spec.eval_interval) and it % spec.eval_interval == 0
+        return it in (self.start + 1, spec.iters) or saves or validates
 
     def finish(self, validation_records: list[dict]) -> None:
         """After the loop (collectives: every rank calls it)."""
@@ -128,3 +165,7 @@ class Observer:
         self.card.evaluation(validation_records)
         self.tensorboard.evaluation(validation_records)
         self.card.checkpoint(worker)
+
+
+def stop(what: str) -> None:
+    raise FloatingPointError(f"{what}: training stopped (check the learning rate, precision and input data)")

@@ -1,6 +1,9 @@
 """The smoke-test contract as a report card: `report.json`, eight checks, each pass|fail|skipped
 with its evidence. Every rank contributes (the gathers are collectives); rank 0 writes the file
-after every change, so a job that dies leaves a card whose unreached checks say so.
+at the start, after the first iteration, at checkpoints, validations and the last iteration, when
+a NaN stops the job, and at the end, so a job that dies leaves a card whose unreached checks say
+so. Of the numbers every iteration brings (losses, grad norms) the card keeps a summary (first,
+last, lowest, highest, how many), so writing it costs the same at any iteration.
 
 Checks (in the contract's order):
   process_groups   every rank got groups of the layout's sizes, and is a member of each
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -53,7 +57,7 @@ def param_checksums(model: list) -> dict:
     """SHA-256 of this rank's dense and expert parameters (their bytes in their own dtype, in name
     order). Expert parameters are the ones Megatron marks `allreduce = False` (reduced over EDP,
     not DP). The raw bytes, not an fp32 copy: equal bytes is what replicas must have, and for bf16
-    it hashes half as much without a conversion (a 1.4B GPT on GPU: ~13 s per check before)."""
+    it hashes half as much without a conversion (an fp32 copy of a 1.4B GPT on GPU: ~13 s per check)."""
     dense, expert = hashlib.sha256(), hashlib.sha256()
     for i, chunk in enumerate(model):
         for name, p in sorted(chunk.named_parameters(), key=lambda kv: kv[0]):
@@ -61,6 +65,37 @@ def param_checksums(model: list) -> dict:
             h.update(f"{i}.{name}".encode())
             h.update(p.detach().contiguous().view(torch.uint8).cpu().numpy())
     return {"dense": dense.hexdigest()[:16], "expert": expert.hexdigest()[:16]}
+
+
+@dataclass
+class Summary:
+    """What the card keeps of a number recorded at many iterations."""
+    count: int = 0
+    first: float | None = None
+    first_at: int | None = None
+    last: float | None = None
+    last_at: int | None = None
+    low: float = math.inf
+    high: float = -math.inf
+    non_finite: int = 0
+
+    def add(self, iteration: int, value: float) -> None:
+        if self.count == 0:
+            self.first, self.first_at = value, iteration
+        self.count += 1
+        self.last, self.last_at = value, iteration
+        if math.isfinite(value):
+            self.low, self.high = min(self.low, value), max(self.high, value)
+        else:
+            self.non_finite += 1
+
+    def evidence(self) -> dict:
+        if not self.count:
+            return {"count": 0}
+        finite = self.non_finite < self.count
+        return {"count": self.count, "first": self.first, "first_iteration": self.first_at, "last": self.last,
+                "last_iteration": self.last_at, "min": self.low if finite else None,
+                "max": self.high if finite else None}
 
 
 def _ranks(ranks: list[int]) -> str:
@@ -78,9 +113,10 @@ class Report:
         self.spec = spec
         self.rank = dist.get_rank()
         self.checks = {k: {"status": "fail", "title": t, "evidence": NOT_REACHED} for k, t in CHECKS.items()}
-        self.losses: dict[int, float] = {}
+        self.losses = Summary()  # logged iterations only (JobSpec.log_interval)
+        self.grad_norms = Summary()  # every iteration
         self.skipped: list[int] = []
-        self.grad_norms: dict[int, float] = {}
+        self.stopped: str | None = None  # why a non-finite value stopped the job
         self.sync_problems: list[str] = []
         self.sync_checked: list[int] = []
         if spec.data == "synthetic":
@@ -89,13 +125,14 @@ class Report:
             self._set("validation_test", "skipped", "synthetic token source has no validation/test split")
         if not getattr(spec, "save_interval", None):
             self._set("checkpoint", "skipped", "save_interval is not set: no checkpoint was asked for")
-        self._write()
+        self.write()
 
     # ---- bookkeeping -------------------------------------------------------------------
     def _set(self, name: str, status: str, evidence) -> None:
         self.checks[name].update(status=status, evidence=evidence)
 
-    def _write(self) -> None:
+    def write(self) -> None:
+        """report.json as the checks stand (rank 0; the others return)."""
         if self.rank != 0:
             return
         statuses = [c["status"] for c in self.checks.values()]
@@ -121,7 +158,7 @@ class Report:
         self._set("process_groups", "fail" if bad else "pass",
                   {"ranks_reporting": len(every), "group_sizes": sizes, "problems": bad} if bad else
                   f"{len(every)}/{dist.get_world_size()} ranks; every rank's groups have sizes {sizes}")
-        self._write()
+        self.write()
 
     def model(self, model: list, model_name: str) -> None:
         """Collective."""
@@ -141,7 +178,7 @@ class Report:
             "core_attention": core,
             "precision": self.spec.precision, "fp8_linears": fp8,
             "parameters_per_rank": {str(r): c for r, c in enumerate(counts)}})
-        self._write()
+        self.write()
 
     def data(self, prepared) -> None:
         """Collective (no-op for synthetic data, but every rank must call it the same way)."""
@@ -168,24 +205,30 @@ class Report:
             "per_node": per_node, "data": self.spec.data, "tokenizer": self.spec.tokenizer, "splits": facts["source"]["splits"],
             "tokens": facts["splits"], "nodes": nodes,
             "note": "every node read the same bytes" if same else "nodes (or ranks) read different files"})
-        self._write()
+        self.write()
 
     def loss(self, iteration: int, loss: float) -> None:
-        """Before the NaN guard of the observer raises: the card records the failing iteration."""
-        self.losses[iteration] = loss
-        if iteration == min(self.losses):
+        """A logged iteration's global loss, before the observer's NaN guard raises: a non-finite
+        one fails the card at once, naming the iteration."""
+        self.losses.add(iteration, loss)
+        if self.losses.count == 1:
             ok = math.isfinite(loss)
             self._set("forward", "pass" if ok else "fail", f"iteration {iteration}: loss {loss:.6f}")
         if not math.isfinite(loss):
-            self._set("no_nan_no_skip", "fail", f"loss is {loss} at iteration {iteration}")
-            self._write()
+            self._stop(f"loss is {loss} at iteration {iteration}")
+
+    def _stop(self, why: str) -> None:
+        self.stopped = why
+        self._set("no_nan_no_skip", "fail", why)
+        self.write()
 
     def step(self, iteration: int, ok: bool, grad_norm, model: list, check_replicas: bool) -> None:
-        """After the optimizer step (collective when check_replicas)."""
+        """After the optimizer step (collective when check_replicas). A non-finite grad norm fails
+        the card at once, naming the iteration."""
         if not ok:
             self.skipped.append(iteration)
         gn = float(grad_norm) if grad_norm is not None else float("nan")
-        self.grad_norms[iteration] = gn
+        self.grad_norms.add(iteration, gn)
         if check_replicas:
             self.sync_checked.append(iteration)
             facts = _all_gather({"grad_norm": gn, "sums": param_checksums(model),
@@ -203,6 +246,8 @@ class Report:
             self._replica_groups = {"dp_cp": sorted({tuple(f["dp_cp"]) for f in facts}),
                                     "edp": sorted({tuple(f["edp"]) for f in facts})}
         self._update_training()
+        if grad_norm is not None and not math.isfinite(gn):
+            self._stop(f"grad norm is {gn} at iteration {iteration}")
 
     @staticmethod
     def _dp_cp():
@@ -215,23 +260,23 @@ class Report:
         return ps.get_expert_data_parallel_group()
 
     def _update_training(self) -> None:
-        norms = list(self.grad_norms.values())
-        finite = all(math.isfinite(g) and g > 0 for g in norms)
+        norms = self.grad_norms
+        finite = norms.non_finite == 0 and norms.low > 0
         groups = getattr(self, "_replica_groups", {})
         self._set("backward", "pass" if finite and not self.sync_problems and self.sync_checked else "fail", {
-            "grad_norm": {str(k): v for k, v in self.grad_norms.items()},
+            "grad_norm": norms.evidence(),
             "grad_norm_equal_on_every_rank": not any("grad norms" in p for p in self.sync_problems),
             "replicas_identical_after_step_at_iterations": self.sync_checked,
             "dp_replica_groups": [list(g) for g in groups.get("dp_cp", [])],
             "expert_replica_groups": [list(g) for g in groups.get("edp", [])],
             "problems": self.sync_problems[:8]})
-        bad = [i for i, v in self.losses.items() if not math.isfinite(v)]
-        if bad or self.skipped:
-            self._set("no_nan_no_skip", "fail", {"non_finite_loss_at": bad, "skipped_steps": self.skipped})
+        if self.stopped:
+            return  # the failure stays as _stop wrote it
+        if self.skipped:
+            self._set("no_nan_no_skip", "fail", {"skipped_steps": self.skipped[:8], "count": len(self.skipped)})
         else:
-            self._set("no_nan_no_skip", "pass", f"{len(self.losses)} iterations, every loss finite, "
-                      f"no skipped step")
-        self._write()
+            self._set("no_nan_no_skip", "pass", {"iterations": norms.count, "grad_norms_finite": True,
+                                                 "skipped_steps": 0, "logged_loss": self.losses.evidence()})
 
     def checkpoint(self, worker) -> None:
         """Collective. The latest checkpoint of this run: verified against the kit's layout record
@@ -273,7 +318,7 @@ class Report:
             traceback.print_exc()  # into logs/rank<N>.log
             status, evidence = "fail", f"{type(e).__name__}: {e}"
         self._set("checkpoint", status, evidence)
-        self._write()
+        self.write()
 
     def evaluation(self, records: list[dict]) -> None:
         if self.spec.data == "synthetic":
@@ -285,4 +330,4 @@ class Report:
             "validation": {str(r["iteration"]): r["loss"] for r in valid},
             "test": test[-1]["loss"] if test else None,
             "batches_per_pass": self.spec.eval_iters, "global_batch": self.spec.global_batch_size})
-        self._write()
+        self.write()

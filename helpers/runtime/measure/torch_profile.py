@@ -1,23 +1,22 @@
-"""KIT_TORCH_PROFILE=FILE: torch.profiler over the last two training iterations of rank 0, written
+"""JobSpec.torch_profile=FILE: torch.profiler over the last two training iterations of rank 0, written
 as two tables (by device time, by host time) and the device's idle gaps in the first of the two
 (gpu_idle.py: what the host was doing while the GPU waited; the last iteration is left out of that
 because its replica check copies every parameter to the host). A benchmarking aid for finding
 where a GPU step's time goes (benchmarks/speed/throughput.py and benchmarks/speed/precision.py set it); off by
 default because the profiler itself slows the step it watches. Recording every host-side operation
 slows the host ~2x, enough to turn a step whose host runs ahead of the GPU into one that waits
-for it; KIT_TORCH_PROFILE_MODE=device records device activity and launches only (no host ranges,
+for it; torch_profile_mode="device" records device activity and launches only (no host ranges,
 no tables by host time) over the one iteration, for idle figures close to an unprofiled step's."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 
 class ProfileWindow:
-    def __init__(self, iters: int, rank: int):
-        target = os.environ.get("KIT_TORCH_PROFILE")
-        self.path = Path(target) if target and rank == 0 and iters >= 3 else None
-        self.device_only = os.environ.get("KIT_TORCH_PROFILE_MODE") == "device"
+    def __init__(self, spec, rank: int):
+        iters = spec.iters  # rules/debug.py: 3 or more, on cuda
+        self.path = Path(spec.torch_profile) if spec.torch_profile and rank == 0 else None
+        self.device_only = spec.torch_profile_mode == "device"
         self.first = iters - 2  # 0-based iterations profiled: first..last
         self.last = self.first if self.device_only else iters - 1
         self._prof = self._label = None
