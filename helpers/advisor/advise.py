@@ -1,0 +1,109 @@
+"""The advisor: every layout of a model on N GPUs (layouts.py), each one's peak memory per GPU
+from the kit's memory planner (helpers/memory/plan.py) and its step time from the time model
+(time/step.py), ranked: layouts that fit first, fastest first; then those that do not fit; the
+layouts the rules refuse are kept apart, each with its rule names.
+
+    from helpers.advisor import advise
+    advice = advise(preset("llama3-8b"), gpus=64, gpu="h100-80gb", seq_len=4096, global_batch=512)
+    advice.best().layout, advice.rows[:5], advice.refused[:5]
+
+"Fits": the plan's reserved peak (allocated + allocator overhead + NCCL buffers, on its busiest
+pipeline stage) within the GPU's memory. Both numbers are predictions (docs/results/memory.md and
+docs/results/advisor.md say how close each has come to measurements)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from helpers.advisor.execution import MEGATRON_CORE, Execution
+from helpers.advisor.gpus import GpuProfile, resolve
+from helpers.advisor.layouts import candidates
+from helpers.advisor.time.step import StepTime, predict
+from helpers.job.flops import flops_per_token
+from helpers.job.layout import Layout
+from helpers.job.models import ModelPreset
+from helpers.memory.plan import plan_memory
+from helpers.memory.training import GiB, Training
+
+
+@dataclass
+class Row:
+    layout: Layout
+    training: Training | None
+    refused: tuple[str, ...] = ()
+    memory_gib: float | None = None  # planned reserved peak per GPU (busiest stage)
+    fits: bool = False
+    step: StepTime | None = None
+    # model FLOPs (helpers/job/flops.py, no recompute) per second over the datasheet peak; None for the
+    # architectures that count does not cover (Mamba hybrids, multi-latent attention)
+    mfu: float | None = None
+
+    def to_dict(self) -> dict:
+        lay, tr = self.layout, self.training
+        out = {"tp": lay.tp, "pp": lay.pp, "dp": lay.dp, "cp": lay.cp, "ep": lay.ep, "etp": lay.expert_tp,
+               "vpp": lay.vpp, "sp": lay.sp, "micro_batch": lay.micro_batch, "microbatches": lay.num_microbatches,
+               "first_stage_layers": lay.first_stage_layers, "last_stage_layers": lay.last_stage_layers,
+               "dist_opt": tr.dist_opt if tr else None, "recompute": tr.recompute if tr else None,
+               "fits": self.fits, "memory_gib": None if self.memory_gib is None else round(self.memory_gib, 2),
+               "step_s": None if self.step is None else round(self.step.step_s, 4),
+               "tokens_per_s_per_gpu": None if self.step is None else round(self.step.tokens_per_s_per_gpu, 1),
+               "mfu": None if self.mfu is None else round(self.mfu, 3), "refused": list(self.refused)}
+        if self.step is not None:
+            out["terms_s"] = {k: round(v, 4) for k, v in self.step.terms.items() if v}
+            out["bubble_fraction"] = round(self.step.bubble_fraction, 4)
+        return out
+
+
+@dataclass
+class Advice:
+    model: ModelPreset
+    gpu: GpuProfile
+    gpus: int
+    gpus_per_node: int
+    seq_len: int
+    global_batch: int
+    execution: Execution
+    rows: list[Row] = field(default_factory=list)  # accepted layouts, ranked
+    refused: list[Row] = field(default_factory=list)
+
+    def best(self) -> Row | None:
+        """The fastest layout that fits (None when none fits)."""
+        return next((r for r in self.rows if r.fits), None)
+
+    def fitting(self) -> list[Row]:
+        return [r for r in self.rows if r.fits]
+
+
+def advise(model: ModelPreset, gpus: int, gpu: GpuProfile | str = "h100-80gb", gpus_per_node: int = 8,
+           seq_len: int = 4096, global_batch: int | None = None, execution: Execution = MEGATRON_CORE,
+           backend: str = "te", max_micro_batch: int = 16) -> Advice:
+    """Every layout of `model` on `gpus` GPUs, planned, timed and ranked (see the module docstring).
+    `global_batch`: sequences per iteration (default: 2 per GPU)."""
+    if gpus < 1:
+        raise ValueError(f"gpus must be at least 1, not {gpus}")
+    if gpus_per_node < 1:
+        raise ValueError(f"gpus_per_node must be at least 1, not {gpus_per_node}")
+    if gpus > gpus_per_node and gpus % gpus_per_node:
+        raise ValueError(f"{gpus} GPUs are not whole nodes of {gpus_per_node}: use a multiple of {gpus_per_node}")
+    if seq_len < 1 or seq_len > model.max_seq_len:
+        raise ValueError(f"seq_len {seq_len} must be between 1 and the model's {model.max_seq_len}")
+    profile = resolve(gpu) if isinstance(gpu, str) else gpu
+    global_batch = global_batch or 2 * gpus
+    per_node = min(gpus_per_node, gpus)
+    advice = Advice(model, profile, gpus, per_node, seq_len, global_batch, execution)
+    counted = not (model.is_hybrid or model.multi_latent_attention)
+    model_flops = flops_per_token(model, seq_len) * global_batch * seq_len if counted else None
+    plans = {}
+    for c in candidates(model, gpus, per_node, seq_len, global_batch, max_micro_batch, backend):
+        if c.refused:
+            advice.refused.append(Row(c.layout, None, c.refused))
+            continue
+        key = (c.layout, c.training)
+        if key not in plans:
+            plans[key] = plan_memory(model, c.layout, c.training)
+        reserved = plans[key].reserved_bytes
+        step = predict(model, c.layout, c.training, profile, per_node, execution)
+        mfu = model_flops / step.step_s / gpus / (profile.peak_bf16_tflops * 1e12) if counted else None
+        advice.rows.append(Row(c.layout, c.training, (), reserved / GiB, reserved <= profile.memory_gib * GiB,
+                               step, mfu))
+    advice.rows.sort(key=lambda r: (not r.fits, r.step.step_s))
+    return advice

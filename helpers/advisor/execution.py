@@ -1,0 +1,47 @@
+"""How the training software runs a step, as far as its time goes: the choices that change the
+time but not the layout (the layout, the distributed optimizer and recompute are the advisor's to
+enumerate). Three presets:
+
+* MEGATRON_CORE: Megatron-LM / Megatron-Core with Transformer Engine as its examples run it: fused
+  (flash) attention without dropout, the column-parallel linears' input-gradient collective
+  overlapped with the weight-gradient GEMM, gradients reduced in fp32 and overlapped with the
+  backward, the distributed optimizer's parameter all-gather overlapped with the next forward,
+  weight gradients accumulated into the fp32 buffer by the GEMM itself;
+* KIT_LOCAL: the kit's own worker (helpers/runtime/build.py): the same, but no gradient-reduction
+  overlap and no fused gradient accumulation (the local backend has neither);
+* MEGATRON_DEEPSPEED: Megatron-DeepSpeed as vTrain measured it (benchmarks/advisor/vtrain_check.py):
+  fp16, the attention's s x s scores materialised with softmax and dropout, gradients all-reduced
+  in fp16 after the backward, nothing overlapped but the input-gradient all-reduce."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Execution:
+    name: str
+    attention: str = "flash"  # flash: fused, no s x s scores | materialised: scores, softmax (+ dropout) in memory
+    attention_dropout: bool = False  # materialised only: a dropout on the probabilities
+    tp_overlap_backward: bool = True  # column-parallel input-gradient collective under the weight-gradient GEMM
+    overlap_grad_reduce: bool = True  # DP gradient reduction under the last microbatch's backward
+    overlap_param_gather: bool = True  # distributed optimizer's parameter all-gather under the first forward
+    grad_reduce_bytes: int = 4  # bytes per gradient element the DP collective moves (fp32 or 16-bit)
+    grad_accumulation_fused: bool = True  # weight-gradient GEMMs write into the fp32 buffer (no extra pass)
+
+    def __post_init__(self):
+        if self.attention not in ("flash", "materialised"):
+            raise ValueError(f"attention must be 'flash' or 'materialised', not {self.attention!r}")
+        if self.grad_reduce_bytes not in (2, 4):
+            raise ValueError(f"grad_reduce_bytes must be 2 or 4, not {self.grad_reduce_bytes}")
+
+    def with_(self, **changes) -> "Execution":
+        return replace(self, **changes)
+
+
+MEGATRON_CORE = Execution("Megatron-Core with Transformer Engine")
+KIT_LOCAL = Execution("the kit's local backend", overlap_grad_reduce=False, overlap_param_gather=False,
+                      grad_accumulation_fused=False)
+MEGATRON_DEEPSPEED = Execution("Megatron-DeepSpeed (vTrain's measurements)", attention="materialised",
+                               attention_dropout=True, overlap_grad_reduce=False, overlap_param_gather=False,
+                               grad_reduce_bytes=2)
+PRESETS = {"megatron-core": MEGATRON_CORE, "kit-local": KIT_LOCAL, "megatron-deepspeed": MEGATRON_DEEPSPEED}

@@ -1,0 +1,51 @@
+"""One layer's time on one rank for one microbatch, forward and backward, term by term: GEMMs
+(gemm.py over layer_gemms.py), the attention core (attention.py), memory-bound kernels
+(elementwise.py), TP/SP (tensor_parallel.py), CP (context_parallel.py), EP (expert_parallel.py),
+and recompute's extra forward in the backward (recompute.py). Layers of one kind take equal time,
+so a stage's time is a sum over its kinds."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helpers.advisor.execution import Execution
+from helpers.advisor.gpus import GpuProfile
+from helpers.advisor.time import (attention, context_parallel, elementwise, expert_parallel, gemm, layer_gemms,
+                                  recompute, tensor_parallel)
+from helpers.advisor.time.links import Link
+from helpers.job.layout import Layout
+from helpers.job.models import ModelPreset
+
+PARTS = ("gemm", "attention", "elementwise", "tp", "cp", "ep")
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    forward: dict[str, float]  # part -> seconds (PARTS)
+    backward: dict[str, float]  # part -> seconds, plus "recompute"
+
+    @property
+    def forward_s(self) -> float:
+        return sum(self.forward.values())
+
+    @property
+    def backward_s(self) -> float:
+        return sum(self.backward.values())
+
+
+def of_kind(model: ModelPreset, lay: Layout, kind: str, gpu: GpuProfile, links: dict[str, Link],
+            execution: Execution, recompute_mode: str) -> LayerTime:
+    """`links`: {"tp", "etp", "cp", "ep": Link} (links.py)."""
+    gemms = layer_gemms.of_kind(model, lay, kind)
+    g_fwd = gemm.total_seconds(gemms, gpu)
+    g_bwd = gemm.total_seconds([b for g in gemms for b in g.backward()], gpu)
+    column_bwd = gemm.total_seconds([b for g in gemms if g.name in tensor_parallel.COLUMN_PARALLEL
+                                     for b in g.backward()], gpu)
+    attn = attention.core(model, lay, gpu, execution) if kind in layer_gemms.ATTENTION_KINDS else (0.0, 0.0)
+    elem = elementwise.layer(model, lay, gpu, kind)
+    tp = tensor_parallel.layer(model, lay, kind, links["tp"], links["etp"], execution, column_bwd)
+    cp = context_parallel.layer(model, lay, links["cp"], attn) if kind in layer_gemms.ATTENTION_KINDS else (0.0, 0.0)
+    ep = expert_parallel.layer(model, lay, links["ep"]) if kind in layer_gemms.MOE_KINDS else (0.0, 0.0)
+    forward = dict(zip(PARTS, (g_fwd, attn[0], elem[0], tp[0], cp[0], ep[0])))
+    backward = dict(zip(PARTS, (g_bwd, attn[1], elem[1], tp[1], cp[1], ep[1])))
+    backward["recompute"] = recompute.extra_seconds(recompute_mode, sum(forward.values()), attn[0])
+    return LayerTime(forward, backward)

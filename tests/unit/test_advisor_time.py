@@ -1,0 +1,238 @@
+"""The advisor's time model (helpers/advisor/time/), term by term against hand computations on a
+made-up GPU with round numbers, and the measured constants against the measurements they come from
+(benchmarks/advisor/gemm_sizes_results.json). No processes."""
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.advisor import gemm_sizes
+from helpers.advisor import calibration
+from helpers.advisor.execution import KIT_LOCAL, MEGATRON_CORE, MEGATRON_DEEPSPEED
+from helpers.advisor.gpus import MEASURED, GpuProfile, rates
+from helpers.advisor.time import (attention, collectives, context_parallel, data_parallel, elementwise,
+                                  expert_parallel, gemm, layer_gemms, links, optimizer, pipeline, recompute, step,
+                                  tensor_parallel)
+from helpers.advisor.time.gemm import Gemm
+from helpers.advisor.time.links import Link
+from helpers.job.layout import Layout
+from helpers.job.models import preset
+from helpers.memory.training import Training
+
+RESULTS = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "advisor" /
+                      "gemm_sizes_results.json").read_text())
+GPU = GpuProfile("test GPU", peak_bf16_tflops=1000.0, memory_gib=80.0, hbm_gb_per_s=1000.0, intra_node_gb_per_s=100.0,
+                 inter_node_gb_per_s=10.0, source="made up", gemm_fraction=0.5, elementwise_fraction=0.5)
+ELEMENTWISE = 500e9  # bytes/s: 0.5 of 1000 GB/s
+COPY = 1000e9 * MEASURED["H200"].hbm_gb_per_s / 4800  # the H200's copy fraction of its datasheet
+EFF = calibration.COLLECTIVE_EFFICIENCY
+LAT = calibration.COLLECTIVE_LATENCY_S
+LLAMA = preset("llama3-8b")
+
+
+def test_the_size_classes_are_the_h200_measurements():
+    assert "H200" in RESULTS["gpu"]
+    derived = gemm_sizes.gemm_size_classes(RESULTS)
+    assert [b for b, _ in derived] == [b for b, _ in gemm.SIZE_CLASSES]
+    assert [f for _, f in derived] == pytest.approx([f for _, f in gemm.SIZE_CLASSES], abs=1e-3)
+    flash = gemm_sizes.flash_size_classes(RESULTS, MEASURED["H200"].attention_tflops)
+    assert [b for b, _ in flash] == [b for b, _ in attention.FLASH_SIZE_CLASSES]
+    assert [f for _, f in flash] == pytest.approx([f for _, f in attention.FLASH_SIZE_CLASSES], abs=1e-3)
+
+
+def test_rates_take_the_profiles_fractions_or_the_h200s():
+    r = rates(GPU)
+    assert (r.gemm_fraction, r.elementwise_gb_per_s) == (0.5, 500.0)
+    plain = rates(GPU.with_(gemm_fraction=None, elementwise_fraction=None))
+    h200 = MEASURED["H200"]
+    assert plain.gemm_fraction == pytest.approx(h200.gemm_tflops / h200.peak_bf16_tflops)
+    assert plain.elementwise_gb_per_s == pytest.approx(1000 * h200.elementwise_gb_per_s / 4800)
+
+
+def test_a_large_gemm_runs_at_the_large_rate_and_a_narrow_one_at_the_copy_rate():
+    big = Gemm("big", 8192, 8192, 8192)
+    assert gemm.seconds(big, GPU) == pytest.approx(2 * 8192**3 / (1000e12 * 0.5 * gemm.size_fraction(2 * 8192**3)))
+    assert gemm.size_fraction(2 * 8192**3) == gemm.SIZE_CLASSES[-1][1]
+    narrow = Gemm("narrow", 1_000_000, 64, 64)  # 8.2 GFLOPs, 256 MB: the bytes bound it
+    assert gemm.seconds(narrow, GPU) == pytest.approx(2 * (64e6 + 64 * 64 + 64e6) / COPY)
+    # the small class: FLOPs at 0.461 of the large rate
+    small = Gemm("small", 1024, 1024, 2048)
+    assert gemm.seconds(small, GPU) == pytest.approx(small.flops / (1000e12 * 0.5 * 0.461))
+
+
+def test_a_gemms_backward_is_its_two_products():
+    dgrad, wgrad = Gemm("x", 10, 20, 30, batch=2).backward()
+    assert (dgrad.m, dgrad.k, dgrad.n, wgrad.m, wgrad.k, wgrad.n) == (10, 30, 20, 20, 10, 30)
+    assert dgrad.flops == wgrad.flops == Gemm("x", 10, 20, 30, batch=2).flops
+
+
+def test_collectives_send_their_ring_bytes():
+    nv = Link(100.0, False)
+    assert collectives.all_reduce(1e9, 8, nv) == pytest.approx(2 * 7 / 8 * 1e9 / (100e9 * EFF) + LAT["intra"])
+    assert collectives.reduce_scatter(1e9, 8, nv) == pytest.approx(7 / 8 * 1e9 / (100e9 * EFF) + LAT["intra"])
+    assert collectives.all_gather(1e9, 4, Link(10.0, True)) == pytest.approx(3 / 4 * 1e9 / (10e9 * EFF) + LAT["inter"])
+    assert collectives.send(1e6, nv) == pytest.approx(1e6 / (100e9 * EFF) + LAT["intra"])
+    assert collectives.all_reduce(1e9, 1, nv) == collectives.all_to_all(1e9, 1, nv) == 0.0
+
+
+def test_a_group_wider_than_a_node_takes_the_network():
+    assert links.group(8, 1, 8, GPU) == Link(100.0, False)  # TP8 in a node of 8
+    assert links.group(16, 1, 8, GPU) == Link(80.0, True)  # TP16: 8 of its ranks on each node, 8 ports at once
+    assert links.group(4, 8, 8, GPU) == Link(10.0, True)  # DP over nodes, one rank per node: one port
+    assert links.group(8, 4, 8, GPU) == Link(20.0, True)  # two ranks per node
+    lay = Layout(nproc=64, tp=2, cp=2, pp=2, ep=4, etp=1)
+    g = links.groups(lay)
+    assert g["tp"] == (2, 1) and g["cp"] == (2, 2) and g["dp"] == (8, 4) and g["pp"] == (2, 32)
+    assert g["dp_cp"] == (16, 2) and g["ep"] == (4, 1) and g["edp"] == (8, 4)
+
+
+def test_tensor_parallel_collectives_per_layer():
+    lay = Layout(nproc=8, tp=8, seq_len=4096, micro_batch=1)
+    nv = Link(100.0, False)
+    S = 4096 * LLAMA.hidden_size * 2
+    ar = collectives.all_reduce(S, 8, nv)
+    no_overlap = KIT_LOCAL.with_(tp_overlap_backward=False)
+    assert tensor_parallel.layer(LLAMA, lay, "dense", nv, nv, no_overlap, 1.0) == pytest.approx((2 * ar, 2 * ar))
+    # the backward's all-reduce hides under a long enough weight-gradient GEMM
+    assert tensor_parallel.layer(LLAMA, lay, "dense", nv, nv, MEGATRON_CORE, 1.0) == pytest.approx((2 * ar, 0.0))
+    sp = Layout(nproc=8, tp=8, sp=True, seq_len=4096, micro_batch=1)
+    ag, rs = collectives.all_gather(S, 8, nv), collectives.reduce_scatter(S, 8, nv)
+    assert tensor_parallel.layer(LLAMA, sp, "dense", nv, nv, no_overlap, 1.0) == pytest.approx(
+        (2 * (ag + rs), 2 * (ag + ag + rs)))
+    overlapped = tensor_parallel.layer(LLAMA, sp, "dense", nv, nv, MEGATRON_CORE, 1.0)
+    assert overlapped == pytest.approx((2 * (ag + rs), 2 * ag))
+    assert tensor_parallel.layer(LLAMA, Layout(nproc=8), "dense", nv, nv, MEGATRON_CORE, 0.0) == (0.0, 0.0)
+
+
+def test_the_pipeline_bubble_and_sends():
+    assert pipeline.bubble_fraction(4, None, 8) == 3 / 8  # 1F1B: (pp-1)/m
+    assert pipeline.bubble_fraction(4, 2, 8) == 3 / 16  # interleaved: (pp-1)/(m vpp)
+    assert pipeline.bubble_seconds(4, None, 1.0) == 3.0
+    assert pipeline.bubble_seconds(4, 3, 1.0) == 1.0
+    lay = Layout(nproc=16, tp=2, pp=2, seq_len=4096, micro_batch=2, gpus_per_node=8)
+    assert pipeline.send_bytes(LLAMA, lay) == 4096 * 2 * LLAMA.hidden_size * 2 / 2  # 1/TP of it per rank
+    assert pipeline.link(lay, 8, GPU) == Link(10.0, True)  # stages 8 ranks apart: on different nodes
+    assert pipeline.link(Layout(nproc=8, tp=2, pp=2), 8, GPU) == Link(100.0, False)
+    one = collectives.send(pipeline.send_bytes(LLAMA, lay), Link(10.0, True))
+    assert pipeline.sends_per_microbatch_s(LLAMA, lay, 8, GPU) == pytest.approx(2 * one)
+    interleaved = Layout(nproc=16, tp=2, pp=2, vpp=2, seq_len=4096, micro_batch=2, gpus_per_node=8)
+    assert pipeline.sends_per_microbatch_s(LLAMA, interleaved, 8, GPU) == 0.0
+
+
+def test_data_parallel_gradients_and_parameters():
+    lay = Layout(nproc=16, tp=2, cp=2)  # DP 4: dense parameters reduce over DP x CP = 8 ranks
+    link = Link(100.0, False)
+    reduce, gather = data_parallel.sync_seconds(1e9, 0, lay, False, MEGATRON_CORE, link, link)
+    assert (reduce, gather) == (pytest.approx(collectives.all_reduce(4e9, 8, link)), 0.0)
+    reduce, gather = data_parallel.sync_seconds(1e9, 0, lay, True, MEGATRON_DEEPSPEED, link, link)
+    assert reduce == pytest.approx(collectives.reduce_scatter(2e9, 8, link))  # fp16 gradients
+    assert gather == pytest.approx(collectives.all_gather(2e9, 8, link))  # bf16 parameters
+    moe = Layout(nproc=16, ep=4)  # experts reduce over EDP = 16 / 4 = 4
+    reduce, _ = data_parallel.sync_seconds(0, 1e9, moe, False, MEGATRON_CORE, link, Link(10.0, True))
+    assert reduce == pytest.approx(collectives.all_reduce(4e9, 4, Link(10.0, True)))
+    assert data_parallel.exposed_seconds(3.0, 2.0, MEGATRON_CORE, 1.0, 0.5) == pytest.approx(2.0 + 1.5)
+    assert data_parallel.exposed_seconds(3.0, 2.0, KIT_LOCAL, 1.0, 0.5) == 5.0
+
+
+def test_context_parallel_exchange_hides_under_attention():
+    lay = Layout(nproc=4, cp=4, seq_len=8192)
+    kv = context_parallel.kv_bytes(LLAMA, lay)
+    d = LLAMA.hidden_size // LLAMA.num_attention_heads
+    assert kv == 1 * 8192 * LLAMA.kv_heads * 2 * d * 2
+    link = Link(100.0, False)
+    gather = collectives.all_gather(kv, 4, link)
+    assert context_parallel.layer(LLAMA, lay, link, (0.0, 0.0)) == pytest.approx((gather, 2 * gather))
+    assert context_parallel.layer(LLAMA, lay, link, (1.0, 1.0)) == (0.0, 0.0)
+    assert context_parallel.layer(LLAMA, Layout(nproc=4), link, (0.0, 0.0)) == (0.0, 0.0)
+
+
+def test_expert_parallel_all_to_all():
+    moe = preset("qwen3-30b-a3b")
+    lay = Layout(nproc=8, tp=2, sp=True, ep=4, etp=1, seq_len=4096)
+    sent = 4096 / 2 * moe.moe_router_topk * moe.hidden_size * 2
+    assert expert_parallel.dispatch_bytes(moe, lay) == sent
+    one = collectives.all_to_all(sent, 4, Link(100.0, False))
+    assert expert_parallel.layer(moe, lay, Link(100.0, False)) == pytest.approx((2 * one, 2 * one))
+
+
+def test_recompute_adds_a_forward():
+    assert recompute.extra_seconds("full", 3.0, 1.0) == 3.0
+    assert recompute.extra_seconds("selective", 3.0, 1.0) == 1.0
+    assert recompute.extra_seconds("none", 3.0, 1.0) == 0.0
+    with pytest.raises(ValueError, match="recompute"):
+        recompute.extra_seconds("some", 3.0, 1.0)
+
+
+def test_the_optimizer_step_and_gradient_accumulation():
+    lay = Layout(nproc=8, cp=2)  # DP 4 x CP 2
+    assert optimizer.step_seconds(8e9, 0, lay, False, GPU) == pytest.approx(30 * 8e9 / ELEMENTWISE)
+    assert optimizer.step_seconds(8e9, 0, lay, True, GPU) == pytest.approx(30 * 1e9 / ELEMENTWISE)
+    assert optimizer.accumulate_seconds(1e9, GPU, MEGATRON_CORE) == 0.0
+    assert optimizer.accumulate_seconds(1e9, GPU, KIT_LOCAL) == pytest.approx(10 * 1e9 / ELEMENTWISE)
+
+
+def test_attention_core_flash_and_materialised():
+    lay = Layout(nproc=2, tp=2, seq_len=4096, micro_batch=2)
+    d = LLAMA.hidden_size // LLAMA.num_attention_heads
+    flops = 2 * 2 * (32 // 2) * 4096 * 4096 * (2 * d)
+    assert attention.flops(LLAMA, lay) == flops
+    rate = rates(GPU).attention_tflops * 1e12 * gemm.size_fraction(flops, attention.FLASH_SIZE_CLASSES)
+    assert attention.core(LLAMA, lay, GPU, MEGATRON_CORE) == pytest.approx((flops / rate, 2 * flops / rate))
+    fwd, bwd = attention.core(LLAMA, lay, GPU, MEGATRON_DEEPSPEED)
+    batch = 2 * 16
+    products = [Gemm("s", 4096, d, 4096, batch), Gemm("v", 4096, 4096, d, batch)]
+    scores = batch * 4096 * 4096 / ELEMENTWISE
+    assert fwd == pytest.approx(gemm.total_seconds(products, GPU) + 9 * scores)  # softmax 4 + dropout 5 bytes
+    assert bwd == pytest.approx(gemm.total_seconds([b for p in products for b in p.backward()], GPU) + 11 * scores)
+
+
+def test_elementwise_bytes_follow_the_roofline_count():
+    lay = Layout(nproc=4, tp=4, sp=True, seq_len=4096)
+    h, F = LLAMA.hidden_size, LLAMA.ffn_hidden_size  # SwiGLU: gated counts (3, 5) per FFN unit
+    fwd, bwd = elementwise.layer(LLAMA, lay, GPU, "dense")
+    assert fwd == pytest.approx(4096 * (14 * h / 4 + 3 * F / 4) * 2 / ELEMENTWISE)
+    assert bwd == pytest.approx(4096 * (16 * h / 4 + 5 * F / 4) * 2 / ELEMENTWISE)
+    no_sp = elementwise.layer(LLAMA, Layout(nproc=4, tp=4, seq_len=4096), GPU, "dense")[0]
+    assert no_sp == pytest.approx(4096 * (14 * h + 3 * F / 4) * 2 / ELEMENTWISE)  # norms and adds on every rank
+
+
+def test_layer_gemms_split_as_megatron_splits_them():
+    lay = Layout(nproc=8, tp=8, seq_len=4096)
+    d = 128
+    qkv, proj = layer_gemms.attention(LLAMA, lay)
+    assert (qkv.m, qkv.k, qkv.n) == (4096, 4096, (32 // 8 + 2 * 1) * d)  # 8 KV heads: one per rank
+    assert (proj.k, proj.n) == (32 * d // 8, 4096)
+    fc1, fc2 = layer_gemms.mlp(LLAMA, lay, LLAMA.ffn_hidden_size)
+    assert (fc1.n, fc2.k) == (2 * 14336 // 8, 14336 // 8)
+    moe = preset("qwen3-30b-a3b")
+    ep = Layout(nproc=8, ep=8, etp=1, seq_len=4096)
+    router, fc1, fc2 = layer_gemms.moe(moe, ep)
+    assert fc1.batch == 128 // 8 and fc1.m * fc1.batch == 4096 * 8  # T top-k pairs over the local experts
+    mla = layer_gemms.attention(preset("deepseek-v2-lite"), Layout(nproc=2, tp=2, seq_len=4096))
+    assert [g.name for g in mla] == ["q", "kv_down", "kv_up", "proj"]
+    assert [g.name for g in layer_gemms.of_kind(preset("nemotron-3-nano-30b-a3b"), lay, "M")][0] == "in_proj"
+
+
+def test_the_terms_add_up_to_the_step():
+    lay = Layout(nproc=16, tp=2, pp=4, sp=True, seq_len=4096, micro_batch=1, global_batch=64, gpus_per_node=8)
+    t = step.predict(LLAMA, lay, Training(), GPU, 8, MEGATRON_CORE)
+    assert sum(t.terms.values()) == pytest.approx(t.step_s)
+    assert t.tokens_per_s_per_gpu == pytest.approx(64 * 4096 / t.step_s / 16)
+    assert t.bubble_fraction == 3 / lay.num_microbatches
+    flat = step.predict(LLAMA, Layout(nproc=2, tp=2, sp=True, seq_len=4096, global_batch=8), Training(), GPU, 8)
+    assert flat.terms["bubble"] == flat.terms["pp_p2p"] == 0.0
+
+
+def test_recompute_interleaving_and_node_crossing_move_the_step_the_right_way():
+    base = dict(seq_len=4096, micro_batch=1, global_batch=64, gpus_per_node=8)
+    lay = Layout(nproc=16, tp=2, pp=4, sp=True, **base)
+    plain = step.predict(LLAMA, lay, Training(), GPU, 8)
+    full = step.predict(LLAMA, lay, Training(recompute="full"), GPU, 8)
+    selective = step.predict(LLAMA, lay, Training(recompute="selective"), GPU, 8)
+    assert plain.step_s < selective.step_s < full.step_s
+    assert full.terms["recompute"] > 0 and plain.terms["recompute"] == 0
+    interleaved = step.predict(LLAMA, Layout(nproc=16, tp=2, pp=4, vpp=2, sp=True, **base), Training(), GPU, 8)
+    assert interleaved.terms["bubble"] == pytest.approx(plain.terms["bubble"] / 2, rel=0.05)
+    inside = step.predict(LLAMA, Layout(nproc=16, tp=8, sp=True, **base), Training(), GPU, 8)
+    across = step.predict(LLAMA, Layout(nproc=16, tp=16, sp=True, **base), Training(), GPU, 8)
+    assert across.terms["tp"] > 2 * inside.terms["tp"]
