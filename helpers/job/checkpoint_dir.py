@@ -4,9 +4,9 @@ calls `verify` before it starts a job, every worker calls it again on its own no
 
 A training checkpoint (helpers/runtime/checkpoint/ writes it) is laid out as Megatron-LM and
 Megatron-Bridge lay out theirs, so their loaders take it as it is:
-    checkpoints/latest_checkpointed_iteration.txt   "4": Megatron-LM's tracker, written last, atomically, by rank 0
-    checkpoints/latest_train_state.pt               Megatron-Bridge's tracker: iter_0000004's train_state.pt
-    checkpoints/iter_0000004/
+    <checkpoints>/latest_checkpointed_iteration.txt   "4": Megatron-LM's tracker, written last, atomically, by rank 0
+    <checkpoints>/latest_train_state.pt               Megatron-Bridge's tracker: iter_0000004's train_state.pt
+    <checkpoints>/iter_0000004/
         metadata.json                  Megatron: backend (torch_dist) and format version
         .metadata                      torch.distributed.checkpoint: where each tensor shard lives
         __<rank>_0.distcp              the bytes each rank wrote (model, optimizer, RNG shards, and the

@@ -104,7 +104,8 @@ class Family:
     tensor_aliases: dict[str, tuple[str, ...]] = field(default_factory=dict)  # Bridge's name: folders' others
     config_refusals: tuple[ConfigRefusal, ...] = ()
     # The rotary scaling kinds (rope_type) the kit builds as transformers computes them, each with the
-    # values it must have (ABSENT: a key it must not have); any other kind is refused (rope_outside).
+    # values it must have (a tuple: one of them; ABSENT: the key not there); any other kind is refused
+    # (rope_outside).
     rope_kinds: dict = field(default_factory=lambda: dict(DEFAULT_ROPE))
     tiny: tuple[Tiny, ...] = ()
     # Its row of docs/architectures.md when supported:
@@ -120,20 +121,22 @@ class Family:
 
 ABSENT = "(absent)"
 DEFAULT_ROPE = {"default": {}}
-# YaRN as Bridge maps it (factor, original positions, beta_fast/slow, mscale): transformers' attention_factor
-# has no Megatron counterpart.
+# YaRN as Bridge maps it (factor, original positions, beta_fast/slow, mscale, truncate; rounding the
+# correction range unless truncate=false, as transformers does: helpers/runtime/hf/config.py):
+# transformers' attention_factor has no Megatron counterpart.
 YARN = {"attention_factor": ABSENT}
 ROPE_WITH_YARN = {**DEFAULT_ROPE, "yarn": YARN}
 
 
 def rope_parameters(config: dict) -> dict | None:
     """The rotary parameters config.json gives every layer (rope_parameters, or the rope_scaling of
-    older saves); None when they differ by kind of layer (Gemma 3's)."""
-    params = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    older saves); None when it gives none (transformers then uses its config class's default, GPT-OSS's
+    being its published YaRN) or they differ by kind of layer (Gemma 3's)."""
+    params = config.get("rope_parameters") or config.get("rope_scaling")
     if params and "rope_type" not in params and "type" not in params and all(
             isinstance(v, dict) for v in params.values()):
         return None
-    return params
+    return params or None
 
 
 def rope_outside(kinds: dict) -> Callable[[dict], bool]:
@@ -144,7 +147,8 @@ def rope_outside(kinds: dict) -> Callable[[dict], bool]:
         if params is None:
             return False
         kind = params.get("rope_type") or params.get("type") or "default"
-        return kind not in kinds or any(params.get(k, ABSENT) != v for k, v in kinds[kind].items())
+        return kind not in kinds or any(params.get(k, ABSENT) not in (v if isinstance(v, tuple) else (v,))
+                                        for k, v in kinds[kind].items())
     return applies
 
 
@@ -326,7 +330,9 @@ FAMILIES = (
         layouts="TP=1, TP=2+SP, EP=2; 5 iterations at TP=2+SP = one process",
         test=HF_IMPORT_TEST + "[gptoss-*], " + TRAIN_TEST + "[gptoss]"),
     Family(
-        "GLM-4.7-Flash", ("Glm4MoeLiteForCausalLM",), ("glm4_moe_lite",), rope_kinds=ROPE_WITH_YARN,
+        "GLM-4.7-Flash", ("Glm4MoeLiteForCausalLM",), ("glm4_moe_lite",),
+        # its YaRN rounds the correction range as transformers' does by default; Bridge's MLA mapping drops truncate
+        rope_kinds={**DEFAULT_ROPE, "yarn": {**YARN, "truncate": (ABSENT, True)}},
         # Bridge builds first_k_dense_replace leading dense layers, 1 when config.json has none;
         # transformers builds what mlp_layer_types lists
         config_refusals=(TIED, ATTENTION_BIAS, no_shared_experts("n_shared_experts"), SPARSE_AFTER_DENSE,

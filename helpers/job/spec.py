@@ -126,8 +126,9 @@ class JobSpec(ParallelSizes):
     # ---- checkpoints (helpers/runtime/checkpoint/). Paths may use $VARS, expanded on each node.
     save_interval: int | None = knob(None, "save every N iterations and after the last; none = never")
     save_dir: str | None = knob(None, "where to save; none = <run_dir>/checkpoints")
-    load_dir: str | list | None = knob(None, "resume from this folder's `latest` (or an iter_* folder); "
-                                       "several with eval_only")
+    load_dir: str | list | None = knob(None, "resume from the checkpoint this folder's tracker names (Megatron-LM's "
+                                       "latest_checkpointed_iteration.txt), or an iter_* folder (the kit's, "
+                                       "Megatron-LM's or Megatron-Bridge's); several with eval_only")
     load_optimizer: bool = knob(True, "load the optimizer state too (off: weights only, fresh optimizer)")
     eval_only: bool = knob(False, "evaluate load_dir's checkpoint(s) on a fixed batch, forward only "
                            "(eval.json); no training")

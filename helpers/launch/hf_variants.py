@@ -91,6 +91,9 @@ def of(family: str) -> list[Variant]:
             if params["rope_type"] != kind:
                 add(f"rope={kind}", rope_parameters=rope(kind, params["rope_theta"], head_dim,
                                                          base.max_position_embeddings))
+                if kind == "yarn":  # transformers rounds YaRN's correction range unless told not to
+                    add("rope=yarn, truncate=false", rope_parameters={
+                        **rope(kind, params["rope_theta"], head_dim, base.max_position_embeddings), "truncate": False})
             else:  # its own kind with other values (GPT-OSS: YaRN)
                 add(f"rope={kind}, factor x2", rope_parameters={**params, "factor": 2 * params["factor"]})
         if "llama3" in ROPE_KINDS and params["rope_type"] != "llama3":  # the values Megatron fixes, changed

@@ -5,6 +5,12 @@ Which layouts each tiny model is checked at, and why those: its family's record 
 helpers/job/families.py (`Tiny.parity`, `Tiny.trained`).
 * every family's logits equal transformers' in every layout of its record (one torchrun job for all:
   helpers/launch/hf_check.py), and import -> export without training is bit-identical;
+* in the same job, every parameter's gradient after one backward equals transformers' in each of
+  those layouts (and at TP=1 for a family whose layouts are checked elsewhere: Nemotron-H);
+* every config variant of every family (helpers/launch/hf_variants.py: one config choice changed) is
+  refused before start by a named rule or, in the same job again, gives transformers' logits and
+  gradients; none fails inside the worker;
+* GLM-4.7-Flash without q-LoRA, as a new user would save it, trains with transformers' loss;
 * each family whose record names a training layout (the one that exercises what it adds to the
   kit's builder) trains 5 iterations there with the losses of one process; Gemma 3 also at CP=2;
 * MLA (DeepSeek-V2 with q-LoRA, all layers dense) trains 5 iterations at TP=2 without SP and at
@@ -21,11 +27,12 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from helpers import launch
-from helpers.job import families
-from helpers.launch import hf_check, tiny_hf
+from helpers.job import families, paths
+from helpers.job.spec import JobSpec
+from helpers.launch import hf_check, hf_variants, runner, tiny_hf
 from helpers.memory.vs_measured import static_mismatches
 
-RTOL = 1e-5  # fp32 on CPU: the measured differences are 1e-7 .. 5e-7
+RTOL = 1e-5  # fp32 on CPU: the measured differences are 1e-7 .. 1.3e-6 (logits), 5e-7 .. 4e-6 (gradients)
 TRAIN = dict(iters=5, seq_len=32, micro_batch=2, device="cpu", progress=False)
 
 
@@ -36,23 +43,127 @@ def hf(tmp_path_factory):
 
 
 CASES = [dict(family=name, **layout) for name, tiny in families.TINY.items() for layout in tiny.parity]
+# Gradients at every layout of CASES, and at TP=1 for a tiny model whose layouts another test checks
+GRADIENT_ONLY = [dict(family=name) for name, tiny in families.TINY.items() if not tiny.parity]
+# Every supported family's config variants, from its first tiny model
+VARIANTS = [v for f in families.FAMILIES if f.supported for v in hf_variants.of(f.tiny[0].name)]
+
+
+def _case_id(case: dict) -> str:
+    return f"{case['family']}-" + ("-".join(f"{k}{v}" for k, v in case.items() if k != "family") or "tp1")
 
 
 @pytest.fixture(scope="module")
-def parity(hf, tmp_path_factory):
-    cases = [{k: v for k, v in c.items() if k != "family"} | {"hf_model": hf[c["family"]]} for c in CASES]
-    return hf_check.parity(hf["llama"], cases, nproc=2, out=str(tmp_path_factory.mktemp("parity")))
+def variants(tmp_path_factory):
+    """Per variant id: its folder and None, or (outcome, why) when there is no job to run it in: a config
+    transformers' own model cannot be built from (no checkpoint can have it), or the named rules that
+    refuse it before start (runner.checked: every check a job meets)."""
+    root = tmp_path_factory.mktemp("variants")
+    found = {}
+    for v in VARIANTS:
+        try:
+            folder = str(tiny_hf.make(v.family, root / f"v{len(found)}", **v.changes))
+        except Exception as e:  # noqa: BLE001  (transformers' own refusal of the config)
+            found[v.id] = (None, ("not a checkpoint", f"transformers cannot build it: {type(e).__name__}: {e}"))
+            continue
+        try:
+            runner.checked(JobSpec(hf_model=folder, nproc=2, device="cpu", seq_len=32, iters=0))
+            found[v.id] = (folder, None)
+        except launch.InvalidJob as e:
+            found[v.id] = (folder, ("refused", e.names))
+    return found
 
 
-@pytest.mark.parametrize("index", range(len(CASES)),
-                         ids=[f"{c['family']}-" + ("-".join(f"{k}{v}" for k, v in c.items() if k != "family")
-                                                   or "tp1") for c in CASES])
+@pytest.fixture(scope="module")
+def parity(hf, variants, tmp_path_factory):
+    """One torchrun job: every family's layouts (logits, export, gradients), the gradient-only
+    cases, and every variant that passed the checks (logits and gradients at TP=1)."""
+    cases = [{k: v for k, v in c.items() if k != "family"} | {"hf_model": hf[c["family"]], "check_grads": True}
+             for c in CASES]
+    cases += [{"hf_model": hf[c["family"]], "check_export": False, "check_grads": True} for c in GRADIENT_ONLY]
+    built = [v for v, (folder, outcome) in variants.items() if outcome is None]  # ids
+    cases += [{"hf_model": variants[v][0], "check_export": False, "check_grads": True} for v in built]
+    records = hf_check.parity(hf["llama"], cases, nproc=2, out=str(tmp_path_factory.mktemp("parity")),
+                              timeout_s=1200)
+    n = len(CASES) + len(GRADIENT_ONLY)
+    return {"layouts": records[:len(CASES)], "gradient_only": records[len(CASES):n],
+            "variants": dict(zip(built, records[n:], strict=True))}
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[_case_id(c) for c in CASES])
 def test_logits_equal_transformers_and_export_is_bit_identical(parity, hf, index):
-    record = parity[index]
+    record = parity["layouts"][index]
+    assert "error" not in record, record.get("traceback")
     assert record["hf_model"] == hf[CASES[index]["family"]]
     assert record["max_rel_diff"] <= RTOL, record
     assert record["argmax_disagreement"] == 0.0, record
     assert record["export_identical"] is True, record
+
+
+@pytest.mark.parametrize("index", range(len(CASES) + len(GRADIENT_ONLY)),
+                         ids=[_case_id(c) for c in CASES + GRADIENT_ONLY])
+def test_gradients_equal_transformers(parity, index):
+    """Every parameter's gradient after one backward of the next-token loss on the same batch, fp32,
+    through Megatron's DDP and schedule, against transformers' by HF tensor name (Bridge's names and
+    conversions): the largest relative error of any tensor within RTOL, and no tensor on one side only."""
+    record = (parity["layouts"] + parity["gradient_only"])[index]
+    assert "error" not in record, record.get("traceback")
+    assert record["grad_missing"] == [] and record["grad_extra"] == [], record
+    assert record["grad_tensors"] > 0 and record["grad_max_rel_diff"] <= RTOL, record["grad_worst"]
+
+
+@pytest.mark.parametrize("family", sorted({v.family for v in VARIANTS}))
+def test_config_variants_are_refused_by_name_or_equal_transformers(parity, variants, family):
+    """Each config variant of the family (helpers/launch/hf_variants.py) is refused before start by a
+    named rule (hf_missing_<piece>), or builds and gives transformers' logits and gradients; a worker
+    failure is neither. The outcomes, one line per variant, are this test's output."""
+    outcomes, wrong = {}, []
+    for v in (v for v in VARIANTS if v.family == family):
+        folder, outcome = variants[v.id]
+        if outcome is None:
+            r = parity["variants"][v.id]
+            good = "error" not in r and r["max_rel_diff"] <= RTOL and r["argmax_disagreement"] == 0.0 and \
+                r["grad_max_rel_diff"] <= RTOL and not r["grad_missing"] and not r["grad_extra"]
+            outcome = ("built", f"logits {r['max_rel_diff']:.1e}, gradients {r['grad_max_rel_diff']:.1e}" if good else
+                       r.get("error") or {k: r[k] for k in ("max_rel_diff", "grad_worst", "grad_missing")})
+        elif outcome[0] == "refused":
+            good = bool(outcome[1]) and all(n.startswith("hf_missing_") for n in outcome[1])
+        else:
+            good = True  # transformers itself builds no model from it
+        outcomes[v.name] = outcome
+        if not good:
+            wrong.append(v.name)
+    print("\n".join(f"{family} {name}: {outcome[0]}: {outcome[1]}" for name, outcome in outcomes.items()))
+    assert not wrong, {name: outcomes[name] for name in wrong}
+    assert any(o[0] == "built" for o in outcomes.values()), outcomes  # the family's other choices build
+
+
+# The GLM-4.7-Flash config a new user saves: no q-LoRA, first_k_dense_replace given, transformers'
+# defaults elsewhere (rms_norm_eps 1e-5 while its q_a/kv_a norms use 1e-6, one shared expert)
+GLM_FLASH_NO_Q_LORA = dict(q_lora_rank=None, first_k_dense_replace=1, n_routed_experts=4, num_experts_per_tok=2,
+                           n_group=1, topk_group=1, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                           v_head_dim=16, num_hidden_layers=3, num_key_value_heads=4, intermediate_size=128,
+                           moe_intermediate_size=32)
+
+
+def test_glm_4_7_flash_without_q_lora_trains_with_transformers_loss(tmp_path):
+    """Trained at one process on WikiText-2: the validation loss before the first step equals
+    transformers' on the same samples, and every step's loss is finite."""
+    if paths.data_dir() is None:
+        pytest.skip("KIT_DATA_DIR with WikiText-2 is not set (CI sets it)")
+    import torch
+    import transformers
+
+    config = transformers.Glm4MoeLiteConfig(**{**families.TINY_COMMON, **GLM_FLASH_NO_Q_LORA})
+    torch.manual_seed(0)
+    folder = tmp_path / "glm-flash"
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tiny_hf.byte_tokenizer().save_pretrained(folder)
+    run = launch.run(hf_model=str(folder), out=str(tmp_path / "runs"), data="wikitext", eval_iters=1,
+                     **{**TRAIN, "global_batch": 2})
+    assert len(run.losses) == TRAIN["iters"] and all(math.isfinite(x) for x in run.losses)
+    kit, reference = run.evaluations[0]["loss"], hf_check.transformers_loss(run)
+    assert abs(kit - reference) / reference <= RTOL, (kit, reference)
 
 
 # family -> the layout that exercises what it adds (a global batch of 4: EP=2 on 2 ranks is DP=2)

@@ -52,12 +52,13 @@ def test_node_local_checkpoints_are_refused_then_consolidated_and_resumed_exactl
         multinode.simulate(**TWO_NODES, out=str(tmp_path), iters=4, save_interval=2, save_dir=local,
                            node_dirs=nodes, faults=["killjob@3:rank2"])
     roots = [n / "checkpoints" for n in nodes]
-    assert (roots[0] / "latest").exists() and not (roots[1] / "latest").exists()
+    tracker = checkpoint_dir.TRACKER  # Megatron-LM's, written by rank 0 on node 0
+    assert (roots[0] / tracker).exists() and not (roots[1] / tracker).exists()
     assert {p.name for p in (roots[1] / "iter_0000002").glob("*.distcp")} == {"__2_0.distcp", "__3_0.distcp"}
     with pytest.raises(launch.JobFailed) as err:
         multinode.simulate(**TWO_NODES, out=str(tmp_path), iters=4, load_dir=local, node_dirs=nodes)
     msg = str(err.value)
-    assert "preflight failed" in msg and "node 1 (node1" in msg and "checkpoint file latest" in msg
+    assert "preflight failed" in msg and "node 1 (node1" in msg and f"checkpoint file {tracker}" in msg
     assert "node-local" in msg and "every node mounts" in msg and "consolidate" in msg
     assert not err.value.run.metrics  # refused before any iteration
     assert not leftover_processes(err.value.run.path)

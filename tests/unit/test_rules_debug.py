@@ -19,10 +19,10 @@ def found(spec: JobSpec, env: Environment = rules.CPU_ONLY) -> list:
 
 
 def saved_checkpoint(tmp_path: Path, iteration: int) -> str:
-    """A checkpoints/ folder whose `latest` names iter_<iteration> (all the fault rule reads)."""
+    """A checkpoints/ folder whose Megatron-LM tracker names <iteration> (all the fault rule reads)."""
     root = tmp_path / "checkpoints"
     (root / f"iter_{iteration:07d}").mkdir(parents=True)
-    (root / "latest").write_text(f"iter_{iteration:07d}\n")
+    (root / "latest_checkpointed_iteration.txt").write_text(f"{iteration}\n")
     return str(root)
 
 

@@ -14,7 +14,8 @@ job's layout, precision and fused-kernel choices), a preset's TransformerConfig 
 GPTModelProvider (MLAModelProvider for multi-latent attention), plus GPTModel's arguments. The
 layer spec is Megatron's local one when the job ran on it (`local_layer_spec`: the same parameter
 names, TE's in the checkpoint) and Bridge's default (Transformer Engine's) on the te backend; a
-model family with a layer spec of its own keeps it. Values Bridge cannot rebuild (the training
+model family with a layer spec of its own keeps it (Megatron-Core's decoder block spec of MoE models
+with the local or TE modules, as the job ran). Values Bridge cannot rebuild (the training
 loop's hooks, objects, functions outside the packages Bridge instantiates from) are left to its
 defaults.
 
@@ -117,6 +118,9 @@ def model_section(config, spec, options: dict) -> dict:
     if spec.backend != "te" and not own_spec:
         section["transformer_layer_spec"] = {"_target_": LOCAL_SPEC, "_call_": False}
     elif own_spec:
+        if isinstance(spec_fn, functools.partial) and "use_transformer_engine" in spec_fn.keywords:
+            # Megatron-Core's decoder block spec (MoE models): its local or its TE modules, as the job ran
+            spec_fn = functools.partial(spec_fn, use_transformer_engine=spec.backend == "te")
         try:
             section["transformer_layer_spec"] = yaml_value(spec_fn)
         except Unrepresentable:

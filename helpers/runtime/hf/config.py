@@ -51,6 +51,11 @@ def provider_config(bridge, spec: JobSpec, on_cpu: bool, bf16: bool):
                  "seq_length": spec.seq_len}  # the DeepSeek bridge hard-codes 4096
     if provider.num_moe_experts:
         overrides["moe_token_dispatcher_type"] = spec.moe_dispatcher
+    if getattr(provider, "position_embedding_type", None) == "yarn" and \
+            getattr(provider, "yarn_correction_range_round_to_int", None) is None:
+        # transformers' YaRN rounds its correction range unless config.json says truncate=false;
+        # Bridge passes truncate on only when config.json has it, and Megatron reads None as "do not round"
+        overrides["yarn_correction_range_round_to_int"] = True
     provider.apply_overrides_and_finalize(overrides=overrides)
     # What the family's builder adds beyond Bridge's provider (helpers/job/families.py)
     family = families.of_architectures(getattr(bridge.hf_pretrained.config, "architectures", None) or ())

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+import time
 import traceback
 from pathlib import Path
 
@@ -238,10 +239,11 @@ def check_layout(spec: JobSpec, built: tuple, reference: Reference, ids: torch.T
     if check_export and not spec.load_dir:
         record["export_identical"] = export_identical(bridge, chunks, Path(spec.hf_model))
     if check_grads:  # last: it overwrites the weights with the gradients
+        start = time.perf_counter()
         ours = megatron_grads(bridge, config, chunks, ids.to(device), spec, device)
         compared = [grad_diffs(ours, reference.grads) if dist.get_rank() == 0 else None]
         dist.broadcast_object_list(compared)
-        record.update(compared[0])
+        record.update(compared[0], grad_seconds=time.perf_counter() - start)
     return record
 
 
@@ -280,6 +282,7 @@ def run(run_dir: Path, spec: JobSpec, device) -> None:
         check_export = case.pop("check_export", True)
         check_grads = case.pop("check_grads", False)
         layout = dataclasses.replace(spec, **case)
+        start = time.perf_counter()
         try:
             built = prepared.model(run_dir, layout.hf_model)  # as the rules checked it, before start
             ids = tokens(layout, built[0].vocab_size)
@@ -289,6 +292,6 @@ def run(run_dir: Path, spec: JobSpec, device) -> None:
         except Exception as e:  # noqa: BLE001  (recorded: the test of this case fails on it, the others go on)
             record = {"layout": layout.layout_name(), "sizes": layout.parallel_sizes(),
                       "error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
-        records.append({"hf_model": layout.hf_model, **record})
+        records.append({"hf_model": layout.hf_model, **record, "seconds": time.perf_counter() - start})
         if dist.get_rank() == 0:
             write_json(Path(run_dir) / names.HF_PARITY, records)
