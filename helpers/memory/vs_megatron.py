@@ -61,7 +61,9 @@ def megatron_estimate(model: ModelPreset, lay: Layout, tr: Training) -> dict | N
     None for hybrid (Mamba) models, which Megatron's estimator refuses."""
     if model.is_hybrid:
         return None
-    with warnings.catch_warnings():
+    from helpers.job.import_phase import without_modelopt
+
+    with warnings.catch_warnings(), without_modelopt():
         warnings.simplefilter("ignore")
         from megatron.training import theoretical_memory_usage as tmu
     args = megatron_args(model, lay, tr)

@@ -50,7 +50,9 @@ def parser() -> argparse.ArgumentParser:
     """Megatron-LM's argument parser (megatron.training ships with Megatron-Bridge's install)."""
     import warnings
 
-    with warnings.catch_warnings():
+    from helpers.job.import_phase import without_modelopt
+
+    with warnings.catch_warnings(), without_modelopt():
         warnings.simplefilter("ignore")
         from megatron.training.arguments import add_megatron_arguments
     p = argparse.ArgumentParser(allow_abbrev=False)

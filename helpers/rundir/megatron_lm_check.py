@@ -91,7 +91,10 @@ def _main() -> None:
     import warnings
 
     warnings.simplefilter("ignore")
-    import megatron.training.arguments  # noqa: F401  (imported once; every child inherits it)
+    from helpers.job.import_phase import without_modelopt
+
+    with without_modelopt():
+        import megatron.training.arguments  # noqa: F401  (imported once; every child inherits it)
 
     results = []
     for command in json.loads(sys.stdin.read()):

@@ -105,7 +105,7 @@ def import_auto_bridge(architectures=()):
 
     if "megatron.core" not in sys.modules:
         raise RuntimeError("import megatron.core before Megatron-Bridge (the TE stand-in relies on it)")
-    with import_phase.without_gc():  # ~2-9 s of imports (bridge_import.py)
+    with import_phase.without_gc(), import_phase.without_modelopt():  # ~2-9 s of imports (bridge_import.py)
         return _auto_bridge(architectures)
 
 
