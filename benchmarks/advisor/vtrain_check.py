@@ -185,7 +185,8 @@ def markdown(rows: list[Row], result: dict, logo: list[dict] | None, fitted: tup
              "8 per node, measured with Megatron-DeepSpeed with activation recompute on.", "",
              f"**Command** (CPU, about a second; `--fit` adds the fit below, about a minute): `{command}`  ",
              f"**Date** {time.strftime('%Y-%m-%d')}. The GEMM size classes: `python -m benchmarks.advisor.gemm_sizes "
-             "--out DIR` on one H200 (2026-12-03, 25 s; `benchmarks/advisor/gemm_sizes_results.json`).", "",
+             "--out DIR` on one H200 (2026-12-03, 25 s; `benchmarks/advisor/gemm_sizes_results.json`). The same "
+             "model on one H200 against the kit's own step times: docs/results/advisor_h200.md.", "",
              "## What the model is given", "",
              f"- GPU: {gpu.name}, {gpu.peak_bf16_tflops:g} TFLOP/s dense fp16, HBM {gpu.hbm_gb_per_s:g} GB/s, NVLink "
              f"{gpu.intra_node_gb_per_s:g} GB/s per direction (datasheet); network {gpu.inter_node_gb_per_s:g} GB/s "

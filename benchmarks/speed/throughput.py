@@ -153,10 +153,14 @@ def main():
     args.out.mkdir(parents=True, exist_ok=True)
     results = {}
 
+    # the command as a reader repeats it: the module, its arguments, the output folder as OUT
+    command = " ".join(["python -m benchmarks.speed.throughput"] +
+                       ["OUT" if a == str(args.out) else a for a in sys.argv[1:]])
+
     def save():
-        (args.out / "results.json").write_text(json.dumps(
-            {"gpu": gpu, "peak_flops": peak, "formula": FORMULA, "command": " ".join(sys.argv),
-             "torch": torch.__version__, "results": results}, indent=1))
+        text = json.dumps({"gpu": gpu, "peak_flops": peak, "formula": FORMULA, "command": command,
+                           "torch": torch.__version__, "results": results}, indent=1)
+        (args.out / "results.json").write_text(text.replace(str(args.out), "OUT"))  # the specs' run folders too
 
     for size in args.sizes.split(","):
         for attention in args.attention.split(","):
