@@ -88,6 +88,18 @@ def parser() -> argparse.ArgumentParser:
     assert not missing, f"JobSpec fields without a command-line flag: {missing} (add them to GROUPS)"
     p.add_argument("--from-manifest", type=Path, default=None,
                    help="repeat the run recorded in a manifest.json (other flags are ignored)")
+    p.add_argument("--megatron-args", metavar="FLAGS", default=None,
+                   help="the job as a Megatron-LM command line (one quoted string, read by Megatron-LM's own "
+                        "parser); the other flags change it (helpers/launch/from_megatron.py)")
+    p.add_argument("--bridge-recipe", metavar="MODULE:FUNCTION", default=None,
+                   help="the job as a Megatron-Bridge recipe, e.g. "
+                        "megatron.bridge.recipes.llama.llama3:llama3_8b_pretrain_config")
+    p.add_argument("--shrink", action="store_true",
+                   help="run the job on CPU in the same layout with the model narrow and shallow (fewest ranks "
+                        "of the layout, seq_len 64); prints what it shrank")
+    p.add_argument("--plan-on", metavar="GPU", default=None,
+                   help="print the memory plan of the full-size job on this GPU (python -m helpers.advisor "
+                        "--list-gpus); nothing starts unless --shrink is given too")
     p.add_argument("--list-architectures", action="store_true",
                    help="print every Hugging Face architecture Megatron-Bridge maps, supported or refused and why "
                         "(the table of docs/architectures.md), then exit")
@@ -101,6 +113,11 @@ def spec_from_args(a: argparse.Namespace) -> JobSpec:
         recorded = json.loads(a.from_manifest.read_text())["spec"]
         recorded["env"] = {k: v for k, v in recorded.get("env", {}).items() if k != "KIT_SEED_CHECKPOINT"}
         return dataclasses.replace(JobSpec.from_dict(recorded), name=None)
+    return JobSpec(**given_fields(a))
+
+
+def given_fields(a: argparse.Namespace) -> dict:
+    """The JobSpec fields the command line sets."""
     given = {}
     for f in dataclasses.fields(JobSpec):
         if f.metadata.get("cli", True) is False:
@@ -115,7 +132,7 @@ def spec_from_args(a: argparse.Namespace) -> JobSpec:
         elif value is not None:
             one = isinstance(value, list) and len(value) == 1 and "str" in f.type  # load_dir: one path or several
             given[f.name] = value[0] if one else value
-    return JobSpec(**given)
+    return given
 
 
 def main(argv=None) -> None:
@@ -128,6 +145,18 @@ def main(argv=None) -> None:
         print(architectures.markdown(), end="")
         return
     spec = spec_from_args(args)
+    if args.megatron_args or args.bridge_recipe or args.shrink or args.plan_on:
+        from helpers.launch import from_megatron
+        try:
+            full, spec, lines = from_megatron.job(args.megatron_args, args.bridge_recipe, args.shrink,
+                                                  spec if args.from_manifest else None, **given_fields(args))
+            if args.plan_on:
+                lines.append(from_megatron.plan_text(full, args.plan_on))
+        except (InvalidJob, ValueError) as e:
+            sys.exit(f"error: {e}")
+        print("\n".join(lines), flush=True)
+        if args.plan_on and not args.shrink:
+            return
     try:
         result = run(spec, progress=sys.stderr.isatty())
     except (InvalidJob, JobFailed) as e:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import subprocess
+import warnings
 from datetime import datetime
 from pathlib import Path
 
@@ -142,8 +143,19 @@ def execute(run_dir: Path, spec: JobSpec, extra: list[str] = (), progress: bool 
     return run
 
 
-def run(spec: JobSpec | None = None, progress: bool = True, **kwargs) -> RunDir:
-    """Run a job and return its RunDir. `run(tp=2)` is short for `run(JobSpec(tp=2))`."""
+def run(spec: JobSpec | None = None, progress: bool = True, megatron_args: str | None = None,
+        bridge_recipe: str | None = None, shrink: bool = False, **kwargs) -> RunDir:
+    """Run a job and return its RunDir. `run(tp=2)` is short for `run(JobSpec(tp=2))`. The job can
+    also be a Megatron-LM command line (`megatron_args`) or a Megatron-Bridge recipe
+    (`bridge_recipe="MODULE:FUNCTION"`), and `shrink` runs it narrow and shallow on CPU in the same
+    layout (helpers/launch/from_megatron.py); a warning names what of it the kit left out."""
+    if megatron_args or bridge_recipe or shrink:
+        from helpers.launch import from_megatron
+
+        _, spec, lines = from_megatron.job(megatron_args, bridge_recipe, shrink, spec, **kwargs)
+        if lines:
+            warnings.warn("\n".join(lines), stacklevel=2)
+        kwargs = {}
     spec = dataclasses.replace(spec or JobSpec(), **kwargs)
     spec, run_dir = prepare(spec)
     return execute(run_dir, spec, progress=progress)

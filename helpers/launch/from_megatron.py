@@ -1,0 +1,397 @@
+"""The other way round from megatron-lm.sh and bridge_recipe.py: a Megatron-LM command line or a
+Megatron-Bridge recipe read into a JobSpec, so a job written for a GPU cluster can be planned and
+run here, full size or shrunk.
+
+    reading = read_megatron_args("--tensor-model-parallel-size 2 --num-layers 4 ...")  # Megatron-LM's own parser
+    reading = read_bridge_recipe("megatron.bridge.recipes.llama.llama3:llama3_8b_pretrain_config")
+    spec = reading.spec(nproc=8)        # layout, batch, schedule, optimizer, model (model_overrides)
+    reading.message()                   # every value set away from Megatron's default that the kit does not model
+    small, how = shrink(spec)           # the same layout on CPU, narrow and shallow
+    plan_text(spec, "h100-80gb")        # the full-size memory plan on a named GPU
+
+Both read into Megatron-Core's names (TransformerConfig, DDP and optimizer configs, the batch), the
+names megatron.json records: Megatron-LM's argument names come back through megatron_flags' own
+RENAMED table, and CORE maps each name to the JobSpec or ModelPreset field that build.py sets it from."""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import shlex
+import warnings
+from dataclasses import dataclass, field
+
+from helpers.errors import InvalidJob
+from helpers.job.spec import LR_DECAYS, JobSpec
+
+# Megatron-Core's name -> JobSpec field (the inverse of runtime/build.py and megatron_calls' batch record).
+SPEC = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
+        "virtual_pipeline_model_parallel_size": "vpp", "context_parallel_size": "cp",
+        "expert_model_parallel_size": "ep", "expert_tensor_parallel_size": "etp", "sequence_parallel": "sp",
+        "num_layers_in_first_pipeline_stage": "first_stage_layers",
+        "num_layers_in_last_pipeline_stage": "last_stage_layers", "use_distributed_optimizer": "dist_opt",
+        "micro_batch_size": "micro_batch", "global_batch_size": "global_batch", "seq_length": "seq_len",
+        "train_iters": "iters", "lr": "lr", "min_lr": "min_lr", "lr_warmup_iters": "lr_warmup_iters",
+        "lr_decay_style": "lr_decay", "lr_decay_iters": "lr_decay_iters", "clip_grad": "clip_grad",
+        "weight_decay": "weight_decay", "adam_beta1": "adam_beta1", "adam_beta2": "adam_beta2",
+        "adam_eps": "adam_eps", "overlap_grad_reduce": "overlap_grad_reduce",
+        "overlap_param_gather": "overlap_param_gather", "bucket_size": "ddp_bucket_size", "seed": "seed",
+        "moe_token_dispatcher_type": "moe_dispatcher"}
+# Megatron-Core's name -> ModelPreset field (the inverse of build.transformer_config).
+MODEL = {"num_layers": "num_layers", "hidden_size": "hidden_size", "num_attention_heads": "num_attention_heads",
+         "ffn_hidden_size": "ffn_hidden_size", "kv_channels": "kv_channels", "num_moe_experts": "num_experts",
+         "moe_router_topk": "moe_router_topk", "moe_ffn_hidden_size": "moe_ffn_hidden_size",
+         "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
+         "normalization": "normalization", "qk_layernorm": "qk_layernorm", "add_bias_linear": "add_bias_linear",
+         "add_qkv_bias": "add_qkv_bias", "multi_latent_attention": "multi_latent_attention",
+         "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank", "qk_head_dim": "qk_head_dim",
+         "qk_pos_emb_head_dim": "qk_pos_emb_head_dim", "v_head_dim": "v_head_dim"}
+# Read below from a combination of values (or what the kit always builds), not one field each.
+COMBINED = {"num_query_groups", "group_query_attention", "gated_linear_unit", "activation_func", "swiglu",
+            "squared_relu", "share_embeddings_and_output_weights", "untie_embeddings_and_output_weights",
+            "max_position_embeddings", "vocab_size", "padded_vocab_size", "moe_layer_freq", "bf16", "fp16",
+            "position_embedding_type", "hidden_dropout", "attention_dropout", "mock_data", "data_path",
+            "start_weight_decay", "end_weight_decay", "weight_decay_incr_style", "mixed_precision"}
+KIT_BUILDS = {"position_embedding_type": "rope", "hidden_dropout": 0.0, "attention_dropout": 0.0}
+MLA_MODEL = {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"}
+
+
+@dataclass
+class Reading:
+    """A Megatron-LM command or a Bridge recipe as JobSpec fields, and what of it the kit leaves out."""
+    source: str  # "a Megatron-LM command line" or the recipe's MODULE:FUNCTION
+    fields: dict  # JobSpec keywords (model_overrides: the whole model)
+    ignored: dict = field(default_factory=dict)  # name -> value: set away from Megatron's default, not modelled
+    machine: dict = field(default_factory=dict)  # name -> value: kernels and backends the kit picks per machine
+    changed: list = field(default_factory=list)  # "what -> what the kit trains instead"
+
+    def spec(self, **overrides) -> JobSpec:
+        return dataclasses.replace(JobSpec(**self.fields), **overrides)
+
+    def message(self) -> str:
+        """One message naming every value the kit does not take over (empty: all of it)."""
+        parts = []
+        if self.ignored:
+            parts.append("ignored (the kit does not model them): "
+                         + ", ".join(f"{k}={_short(v)}" for k, v in self.ignored.items()))
+        if self.changed:
+            parts.append("trained differently: " + "; ".join(self.changed))
+        if self.machine:
+            parts.append("left to the kit's choice for this machine: "
+                         + ", ".join(f"{k}={_short(v)}" for k, v in self.machine.items()))
+        return ("; ".join(parts) + ".") if parts else ""
+
+
+def _short(value) -> str:
+    text = getattr(value, "__name__", None) or str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _read(values: dict, given: dict, source: str, label: str) -> Reading:
+    """`values`: every Megatron-Core-named value (defaults too); `given`: display name -> (Megatron-Core
+    name, value) of those set away from the default (e.g. "--disable-bias-linear": ("add_bias_linear", False))."""
+    from helpers.rundir.megatron_flags import DERIVED, MACHINE
+
+    v = values.get
+    fields, model, changed = {}, {"name": label, "source": source}, []
+    for core, name in SPEC.items():
+        if v(core) is not None:
+            fields[name] = v(core)
+    for name in ("overlap_grad_reduce", "overlap_param_gather"):
+        fields[name] = "on" if v(name) else "off"
+    if fields.get("lr_decay") not in LR_DECAYS:
+        changed.append(f"lr_decay_style {fields.pop('lr_decay', None)} -> {JobSpec.lr_decay} (the kit's: "
+                       f"{', '.join(LR_DECAYS)})")
+    if v("weight_decay_incr_style", "constant") == "constant" and v("end_weight_decay") is not None:
+        fields["weight_decay"] = v("end_weight_decay")  # Bridge's scheduler holds the decay it trains with
+    if v("fp16"):
+        changed.append("fp16 -> bf16 (the kit trains bf16 or fp32)")
+    fields["precision"] = "bf16" if v("bf16") or v("fp16") else "fp32"
+    if isinstance(v("data_path"), list) and len(v("data_path")) == 1:
+        fields["data"] = v("data_path")[0]  # one indexed-dataset prefix
+    elif v("data_path"):
+        changed.append(f"data_path {v('data_path')} -> synthetic data (the kit reads one prefix)")
+    for core, name in MODEL.items():
+        if v(core) is not None and (core not in MLA_MODEL or v("multi_latent_attention")):
+            model[name] = v(core)
+    heads, hidden = v("num_attention_heads"), v("hidden_size")
+    groups = v("num_query_groups") if v("group_query_attention", True) else None
+    model["num_query_groups"] = groups if groups and heads and groups < heads else None
+    if heads and hidden and model.get("kv_channels") == hidden // heads:
+        model["kv_channels"] = None  # derived, as in the presets
+    if not v("ffn_hidden_size") and hidden:
+        model["ffn_hidden_size"] = 4 * hidden  # Megatron's default width
+    act = getattr(v("activation_func"), "__name__", str(v("activation_func") or ""))
+    model["activation"] = ("swiglu" if v("swiglu") or (v("gated_linear_unit") and act.endswith("silu"))
+                           else "squared_relu" if v("squared_relu") or act.endswith("squared_relu") else "gelu")
+    if v("gated_linear_unit") and not act.endswith("silu"):
+        changed.append(f"gated {act} MLP -> GeLU (the kit gates SiLU only)")
+    model["tied_embeddings"] = (not v("untie_embeddings_and_output_weights")
+                                if "untie_embeddings_and_output_weights" in values
+                                else bool(v("share_embeddings_and_output_weights", True)))
+    model["max_seq_len"] = v("max_position_embeddings") or v("seq_length") or JobSpec.seq_len
+    vocab = v("padded_vocab_size") or v("vocab_size")
+    if vocab:
+        model["vocab_size"] = vocab
+    else:
+        changed.append(f"no vocabulary size -> {JobSpec().model_preset().vocab_size} tokens (give --vocab-size)")
+    freq = v("moe_layer_freq", 1)
+    if isinstance(freq, list) and freq and model.get("num_experts"):
+        dense = freq.index(1) if 1 in freq else len(freq)
+        model["first_k_dense"] = dense
+        if freq[dense:] != [1] * (len(freq) - dense):
+            changed.append(f"moe_layer_freq {freq} -> {dense} leading dense layers, then every layer MoE")
+    elif isinstance(freq, int) and freq != 1:
+        changed.append(f"moe_layer_freq {freq} -> every layer MoE")
+    if model.get("moe_shared_expert_intermediate_size"):
+        model["num_shared_experts"] = 1
+    for name, built in KIT_BUILDS.items():
+        if name in values and v(name) != built:
+            changed.append(f"{name} {v(name)} -> {built}")
+    used = set(SPEC) | set(MODEL) | COMBINED | DERIVED
+    unused = {k: (core, x) for k, (core, x) in given.items() if core not in used}
+    fields["model_overrides"] = model
+    return Reading(source, fields, ignored={k: x for k, (core, x) in unused.items() if core not in MACHINE},
+                   machine={k: x for k, (core, x) in unused.items() if core in MACHINE}, changed=changed)
+
+
+def _core(name: str) -> str:
+    """Megatron-Core's name for a Megatron-LM argument or a Bridge config field (megatron_flags.RENAMED read backwards)."""
+    from helpers.rundir.megatron_flags import RENAMED
+
+    return {lm: core for core, lm in RENAMED.items()}.get(name, name)
+
+
+# ---- Megatron-LM's command line ---------------------------------------------------------------
+def read_megatron_args(text: str) -> Reading:
+    """A Megatron-LM command line (its flags; `torchrun ... pretrain_gpt.py` and line breaks may
+    stay) read through Megatron-LM's own parser."""
+    from helpers.rundir import megatron_flags
+
+    words = shlex.split(text.replace("\\\n", " "))
+    script = max((i for i, w in enumerate(words) if w.endswith(".py")), default=-1)  # torchrun's flags before it
+    parser = megatron_flags.parser()
+    try:
+        args, extra = parser.parse_known_args(words[script + 1:])
+    except SystemExit:
+        raise InvalidJob(f"[megatron_args] Megatron-LM's parser refused {text!r} -> check the flags against "
+                         f"megatron/training/arguments.py") from None
+    if extra:
+        raise InvalidJob(f"[megatron_args] Megatron-LM has no flag {' '.join(extra)} -> remove it or spell it as "
+                         f"Megatron-LM's parser does (python pretrain_gpt.py --help)")
+    defaults = vars(parser.parse_args([]))  # what each argument holds when no flag sets it
+    options = {a.dest: max(a.option_strings, key=len) for a in parser._actions if a.option_strings}
+    given = {options[d]: (_core(d), x) for d, x in vars(args).items() if x != defaults.get(d)}
+    values = {_core(name): value for name, value in vars(args).items()}
+    return _read(values, given, "a Megatron-LM command line", "megatron-lm")
+
+
+# ---- a Megatron-Bridge recipe ----------------------------------------------------------------
+# config.json of the Hugging Face models Bridge's recipes build their provider from, for machines
+# without the Hub (published numbers; a model cached or reachable on the Hub is read from there).
+PUBLISHED_CONFIGS = {
+    "meta-llama/Meta-Llama-3-8B": dict(  # https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json
+        architectures=["LlamaForCausalLM"], model_type="llama", hidden_size=4096, intermediate_size=14336,
+        num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8, vocab_size=128256,
+        max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=500000.0, tie_word_embeddings=False,
+        hidden_act="silu", attention_bias=False, mlp_bias=False, bos_token_id=128000, eos_token_id=128001),
+}
+SECTIONS = ("model", "train", "optimizer", "scheduler", "ddp", "rng", "dataset", "tokenizer", "checkpoint",
+            "logger", "validation")
+
+
+def read_bridge_recipe(target: str) -> Reading:
+    """`MODULE:FUNCTION` (a Megatron-Bridge recipe returning a ConfigContainer) called and read."""
+    module_name, _, function = target.partition(":")
+    if not function:
+        raise InvalidJob(f"[bridge_recipe] {target!r} is not MODULE:FUNCTION -> e.g. "
+                         f"megatron.bridge.recipes.llama.llama3:llama3_8b_pretrain_config")
+    cfg = _call_recipe(module_name, function)
+    from helpers.runtime.measure.megatron_calls import non_defaults
+
+    values, given = {}, {}
+    for section in SECTIONS:
+        part = getattr(cfg, section, None)
+        if dataclasses.is_dataclass(part):
+            values.update({f.name: getattr(part, f.name) for f in dataclasses.fields(part) if f.name not in values
+                           or section in ("ddp", "scheduler")})  # DDP's overlap and bucket, the schedule's decay
+            given.update({f"{section}.{k}": (_core(k), x) for k, x in non_defaults(part).items()})
+    mixed = getattr(cfg, "mixed_precision", None)
+    values["bf16"] = "bf16" in str(mixed) or bool(values.get("bf16"))
+    values["fp16"] = "fp16" in str(mixed) or bool(values.get("fp16"))
+    values["seq_length"] = getattr(cfg.model, "seq_length", None) or getattr(cfg.dataset, "seq_length", None)
+    values["max_position_embeddings"] = values["seq_length"]
+    given.pop("model.hf_model_id", None)  # where the provider's config.json came from
+    return _read(values, given, target, function.removesuffix("_config"))
+
+
+def _call_recipe(module_name: str, function: str):
+    """Import and call the recipe with the stand-ins Bridge's training config needs on this machine
+    (helpers/runtime/hf/te_standin.py), importing Bridge's recipes/ package without its __init__
+    (which imports every family's recipes, some needing packages the kit does not install)."""
+    import sys
+    import types
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import megatron.core  # noqa: F401  (before Bridge: the TE stand-in relies on it)
+
+        from helpers.runtime.hf import te_standin
+
+        with te_standin.training_config_imports():
+            recipes, package = importlib.util.find_spec("megatron.bridge.recipes"), None
+            if recipes is not None and "megatron.bridge.recipes" not in sys.modules:
+                package = types.ModuleType("megatron.bridge.recipes")
+                package.__path__ = list(recipes.submodule_search_locations)
+                sys.modules["megatron.bridge.recipes"] = package
+            try:
+                try:
+                    recipe = getattr(importlib.import_module(module_name), function)
+                except (ImportError, AttributeError) as e:
+                    raise InvalidJob(f"[bridge_recipe] cannot import {module_name}:{function} ({e}) -> name a "
+                                     f"recipe function of megatron/bridge/recipes/") from None
+                with _published_configs():
+                    return recipe()
+            finally:
+                if package is not None and sys.modules.get("megatron.bridge.recipes") is package:
+                    del sys.modules["megatron.bridge.recipes"]
+
+
+class _published_configs:
+    """While a recipe runs: AutoBridge.from_hf_pretrained(name) of a model in PUBLISHED_CONFIGS that
+    the Hugging Face cache does not hold reads the published config.json from a weightless local
+    folder (the same numbers, without the Hub's retries on a machine that cannot reach it)."""
+
+    def __enter__(self):
+        from huggingface_hub import try_to_load_from_cache
+        from megatron.bridge.models.conversion.auto_bridge import AutoBridge
+
+        self.original = AutoBridge.__dict__["from_hf_pretrained"]
+        original = self.original.__func__
+
+        def from_hf_pretrained(cls, path, **kwargs):
+            name = str(path)
+            if name in PUBLISHED_CONFIGS and not isinstance(try_to_load_from_cache(name, "config.json"), str):
+                path = str(_config_folder(name))
+            return original(cls, path, **kwargs)
+
+        AutoBridge.from_hf_pretrained = classmethod(from_hf_pretrained)
+        return self
+
+    def __exit__(self, *exc):
+        from megatron.bridge.models.conversion.auto_bridge import AutoBridge
+
+        AutoBridge.from_hf_pretrained = self.original
+
+
+def _config_folder(name: str):
+    from helpers.job import paths
+    from helpers.launch import tiny_hf
+
+    folder = paths.cache_dir() / "published-configs" / name.replace("/", "--")
+    return folder if (folder / "config.json").exists() else tiny_hf.config_only(folder, PUBLISHED_CONFIGS[name])
+
+
+# ---- shrink and plan -------------------------------------------------------------------------
+def _up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def shrink(spec: JobSpec, hidden: int = 64, layers: int = 4, seq_len: int = 64, iters: int = 5,
+           vocab: int = 512, schedule_of: JobSpec | None = None) -> tuple[JobSpec, list[str]]:
+    """The same layout (tp, pp, vpp, cp, ep, etp, sp, dist_opt, overlap) on CPU with the model narrow
+    and shallow enough to run there, every size still divisible as the layout needs, on the fewest
+    ranks both its dense and its expert grid fit (data parallel 1 unless EP x ETP needs more).
+    The warm-up keeps its share of the schedule of `schedule_of` (default: `spec`'s). Returns the
+    spec and what changed, as "hidden_size 4096 -> 64"."""
+    m, tp, etp = spec.model_preset(), spec.tp, spec.expert_tp
+    stages = spec.pp * (spec.vpp or 1)
+    ratio = m.num_attention_heads // m.kv_heads
+    groups = _up(min(m.kv_heads, max(tp, 1)), tp)  # the fewest KV heads TP still divides
+    heads = groups * min(ratio, max(1, 4 // groups)) if m.num_query_groups else _up(min(m.num_attention_heads, 4), tp)
+    width = max(hidden, heads * 8)  # at least 8 per head
+    scale = width / m.hidden_size
+    new = dict(num_layers=_up(min(m.num_layers, layers), stages), hidden_size=width, num_attention_heads=heads,
+               num_query_groups=groups if m.num_query_groups else None,
+               kv_channels=16 if m.kv_channels else None,
+               ffn_hidden_size=_up(max(1, round(m.ffn_hidden_size * scale)), tp),
+               vocab_size=min(m.vocab_size, vocab), max_seq_len=min(spec.seq_len, seq_len))
+    if m.is_moe:
+        experts = _up(min(m.num_experts, 8), spec.ep)
+        new.update(num_experts=experts, moe_router_topk=min(m.moe_router_topk, experts),
+                   moe_ffn_hidden_size=_up(max(1, round(m.expert_ffn * scale)), etp),
+                   first_k_dense=min(m.first_k_dense, new["num_layers"] - 1))
+        if m.moe_shared_expert_intermediate_size:
+            new["moe_shared_expert_intermediate_size"] = _up(round(m.moe_shared_expert_intermediate_size * scale), tp)
+    if m.multi_latent_attention:
+        new.update(kv_lora_rank=_up(32, tp), q_lora_rank=_up(32, tp) if m.q_lora_rank else None,
+                   qk_head_dim=16, qk_pos_emb_head_dim=8, v_head_dim=16)
+    new = {k: x for k, x in new.items() if getattr(m, k) != x}
+    world = math.lcm(spec.tp * spec.pp * spec.cp, etp * spec.ep * spec.pp)
+    schedule = schedule_of or spec
+    decay_end, warmup = max(schedule.lr_decay_end, 1), schedule.lr_warmup_iters
+    short = min(spec.iters, iters)
+    small = dataclasses.replace(
+        spec, device="cpu", precision="auto", backend="auto", attention="auto", nproc=world,
+        first_stage_layers=None, last_stage_layers=None, seq_len=min(spec.seq_len, seq_len),
+        global_batch=spec.micro_batch * (world // (spec.tp * spec.pp * spec.cp)) * max(1, spec.pp), iters=short,
+        lr_warmup_iters=min(warmup, decay_end - 1) * short // decay_end, lr_decay_iters=None,
+        model_overrides={**spec.model_overrides, **new})
+    how = [f"{k} {getattr(m, k)} -> {x}" for k, x in new.items()]
+    for name in ("world_size", "seq_len", "global_batch_size", "iters", "lr_warmup_iters", "first_stage_layers",
+                 "last_stage_layers"):
+        if getattr(spec, name) != getattr(small, name):
+            how.append(f"{name} {getattr(spec, name)} -> {getattr(small, name)}")
+    how.append(f"precision {spec.precision} -> fp32 on cpu" if spec.precision != "fp32" else "device cpu")
+    return small, how
+
+
+def plan_text(spec: JobSpec, gpu: str) -> str:
+    """The memory planner's answer for the full-size spec on `gpu` (a name `python -m helpers.advisor
+    --list-gpus` shows, or a GPU profile's JSON file)."""
+    from helpers.advisor import gpus
+    from helpers.job.layout import Layout
+    from helpers.memory.plan import plan_memory
+    from helpers.memory.training import Training
+
+    profile = gpus.resolve(gpu)
+    spec = dataclasses.replace(spec, device="cuda")
+    plan = plan_memory(spec.model_preset(), Layout.of(spec), Training.of(spec))
+    need, have = plan.reserved_bytes / 2**30, profile.memory_gib
+    worst = max(plan.stages, key=lambda s: s.allocated_bytes)
+    terms = sorted(worst.terms.items(), key=lambda t: -t[1])[:4]
+    return (f"memory plan on {spec.world_size} x {profile.name} ({Layout.of(spec).describe()}): "
+            f"{need:.1f} GiB per GPU of {have:.0f} GiB: {'fits' if need <= have else 'does not fit'} (largest: "
+            + ", ".join(f"{k} {v / 2**30:.1f} GiB" for k, v in terms) + ")")
+
+
+def job(megatron_args: str | None = None, bridge_recipe: str | None = None, shrunk: bool = False,
+        spec: JobSpec | None = None, **overrides) -> tuple[JobSpec, JobSpec, list[str]]:
+    """The full-size spec, the spec to run (shrunk, or the same) and the lines that say what was read,
+    what the kit left out and how it shrank. The job comes from a Megatron-LM command line, a Bridge
+    recipe, or else `spec`; `overrides`: JobSpec fields applied last (e.g. nproc=8, iters=2; with
+    `shrunk`, they change the full-size job, which is then shrunk: nproc is the full-size job's)."""
+    if megatron_args and bridge_recipe:
+        raise InvalidJob("[from_megatron] both megatron_args and bridge_recipe given -> give one of them")
+    lines = []
+    if megatron_args or bridge_recipe:
+        reading = read_megatron_args(megatron_args) if megatron_args else read_bridge_recipe(bridge_recipe)
+        base = reading.spec()
+        lines.append(f"read {reading.source}: model {_model_text(base)}")
+        if reading.message():
+            lines.append(reading.message())
+    else:
+        base = dataclasses.replace(spec or JobSpec(), **overrides)
+    full = dataclasses.replace(base, **overrides)
+    if not shrunk:
+        return full, full, lines
+    small, how = shrink(full, schedule_of=base)
+    lines.append(f"shrunk for cpu ({full.layout_name()} -> {small.layout_name()}): " + ", ".join(how))
+    return full, small, lines
+
+
+def _model_text(spec: JobSpec) -> str:
+    m = spec.model_preset()
+    moe = f", {m.num_experts} experts top-{m.moe_router_topk}" if m.is_moe else ""
+    return (f"{m.num_layers} layers, hidden {m.hidden_size}, ffn {m.ffn_hidden_size}, {m.num_attention_heads} heads "
+            f"/ {m.kv_heads} KV, vocab {m.vocab_size}, {m.normalization}, {m.activation}{moe}")
