@@ -65,10 +65,10 @@ def save_model(chunks: list[torch.nn.Module], path: Path) -> None:
     _write_results_in_process()
     dist_checkpointing.save({"model0": unwrap(chunks[0]).sharded_state_dict()}, str(tmp))
     (tmp / MARKER).write_text("ok\n")
-    if path.exists():  # another job finished the same seed checkpoint first: keep theirs
-        shutil.rmtree(tmp)
-    else:
+    try:
         tmp.rename(path)
+    except OSError:  # another job finished the same seed checkpoint first (rename onto a full folder fails): keep theirs
+        shutil.rmtree(tmp)
 
 
 def load_model(chunks: list[torch.nn.Module], path: Path) -> None:

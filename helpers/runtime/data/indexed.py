@@ -138,11 +138,11 @@ class Prepared:
                                           or self.tokenizer.unique_identifiers.get("files", {}))},
                  "indexed_sha256": _hash_dir(tmp) or given, "tokenize_s": round(time.perf_counter() - t0, 3)}
         (tmp / "facts.json").write_text(json.dumps(facts, indent=2))
-        if self.dir.exists():  # another job on this node finished first: keep theirs
-            shutil.rmtree(tmp)
-        else:
-            self.dir.parent.mkdir(parents=True, exist_ok=True)
+        self.dir.parent.mkdir(parents=True, exist_ok=True)
+        try:
             tmp.rename(self.dir)
+        except OSError:  # another job on this node finished first (rename onto a full folder fails): keep theirs
+            shutil.rmtree(tmp)
 
     # ---- Megatron datasets -------------------------------------------------------------
     def config(self):
