@@ -31,6 +31,12 @@ LAYOUT = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual
 NOT_FROM_RECORD = (set(LAYOUT) | megatron_flags.DERIVED | megatron_flags.MACHINE
                    | {"bf16", "fp16", "params_dtype", "transformer_layer_spec", "timers", "fp8", "fp8_recipe"}) \
     - {"kv_channels", "num_query_groups", "gated_linear_unit", "activation_func"}
+# Config fields whose default in Bridge's GPTModelProvider / MLAModelProvider differs from
+# Megatron-Core's TransformerConfig / MLATransformerConfig (the record lists a field only when it is
+# off the latter's default), so a provider needs them written out even when the record omits them.
+# Machine fields (megatron_flags.MACHINE) stay Bridge's. tests/unit/test_bridge_recipe_defaults.py
+# derives this set from Bridge's classes.
+PROVIDER_DEFAULTS_DIFFER = {"attention_softmax_in_fp32", "normalization", "multi_latent_attention"}
 CALLABLES = {"activation_func"}  # recorded as their import path (megatron_calls.jsonable)
 OPTIMIZER_SKIP = {"bf16", "fp16", "params_dtype", "main_grads_dtype", "main_params_dtype", "exp_avg_dtype",
                   "exp_avg_sq_dtype", "timers"}
@@ -87,7 +93,9 @@ def _provider(calls: dict, spec) -> tuple[str, list[str], list[str]]:
     model = calls["model"][0]
     cls = "MLAModelProvider" if mla else "GPTModelProvider"
     imports.append(f"from megatron.bridge.models.{'mla_provider' if mla else 'gpt_provider'} import {cls}")
+    full = megatron_flags.config_values(calls)
     values = {k: v for k, v in fields.items() if k not in NOT_FROM_RECORD}
+    values.update({k: full[k] for k in sorted(PROVIDER_DEFAULTS_DIFFER) if k in full and k not in values})
     values.update(vocab_size=model["vocab_size"], seq_length=spec.seq_len,
                   share_embeddings_and_output_weights=model.get("share_embeddings_and_output_weights", False),
                   position_embedding_type=model.get("position_embedding_type", "rope"),

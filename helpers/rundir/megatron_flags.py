@@ -64,11 +64,36 @@ def _actions() -> dict[str, argparse.Action]:
     return {a.dest: a for a in parser()._actions if a.option_strings}
 
 
+def config_values(calls: dict) -> dict:
+    """Every field of the job's TransformerConfig: the recorded ones (those off its class's default)
+    and the class's defaults for the rest. Megatron-LM builds its config from its arguments'
+    defaults, not from the class's: MLATransformerConfig's own defaults (multi_latent_attention,
+    RMSNorm, kv_lora_rank 512) are flags for pretrain_gpt.py, and so is any TransformerConfig
+    default that Megatron-LM's argument of the same name does not share."""
+    import dataclasses
+    import importlib
+
+    recorded = calls["TransformerConfig"]["fields"]
+    module, _, name = calls["TransformerConfig"].get("class", "").rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):  # no class, or another Megatron-Core version's: what it holds
+        return dict(recorded)
+    values = {}
+    for field in dataclasses.fields(cls):
+        if field.name in recorded:
+            values[field.name] = recorded[field.name]
+        elif field.init and field.default not in (dataclasses.MISSING, None):  # None: Megatron-LM's own default
+            default = field.default
+            values[field.name] = default.name if hasattr(default, "name") and hasattr(default, "value") else default
+    return values
+
+
 def recorded_values(calls: dict) -> list[tuple[str, object]]:
     """Every (name, value) of the record a flag could set, in the order a launch script lists them:
     layout, model, precision, data-parallel and optimizer settings, batch and schedule."""
     model = calls["model"][0] if calls.get("model") else {}
-    groups = [calls["initialize_model_parallel"], calls["TransformerConfig"]["fields"], model,
+    groups = [calls["initialize_model_parallel"], config_values(calls), model,
               calls.get("DistributedDataParallelConfig", {}), calls.get("OptimizerConfig", {}), calls.get("batch", {})]
     seen, out = set(), []
     for group in groups:
