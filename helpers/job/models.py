@@ -166,7 +166,7 @@ _PRESETS = {
                     moe_ffn_hidden_size=768, qk_layernorm=True,
                     normalization="RMSNorm", activation="swiglu", max_seq_len=40960,
                     source=_HF.format("Qwen/Qwen3-30B-A3B")),
-        # DeepSeek-V4-Flash (the seed writeup's model), for the planner only: transformers 5.12.1's
+        # DeepSeek-V4-Flash, for the planner only (lesson 10's memory wall): transformers 5.12.1's
         # DeepseekV4Config defaults are its published config.json (43 layers, 256 routed experts of
         # width 2048 + 1 shared, top-6, 64 heads, q-LoRA 1024, 129280 tokens). Its attention (one
         # 512-wide KV head, a grouped low-rank output, a compressor/indexer) and hyper-connections

@@ -1,28 +1,57 @@
 """The lessons' exercises: each `check_<name>(answer, ...)` compares a learner's answer with the
-truth computed from the live run (or from the formula the lesson verified), says "correct", or
-raises `WrongAnswer` with a hint: the hint comes only after a wrong answer. `None` (not answered
-yet) says where to write the answer and returns False, so "Run All" goes on. The answers live in
-no notebook: a learner writes them into the notebook's parameters cell; the test suite passes the
-right ones through papermill (tests/notebooks/test_notebooks.py), and tests/unit/test_exercises.py
-shows every check rejects a wrong one."""
+truth computed from the live run (or from the formula the lesson verified) and says "correct"
+(returns True), or "not yet" with a hint (returns False): the hint comes only after a wrong answer.
+`None` (not answered yet) says where to write the answer and returns False. Either way the lesson
+goes on, so "Run All" reaches its end. The answers live in no notebook: a learner writes them into
+the notebook's parameters cell; the test suite passes the right ones through papermill and fails
+on any verdict other than "correct" (`verdicts` reads them back from the executed copy:
+tests/notebooks/test_notebooks.py), and tests/unit/test_exercises.py shows every check rejects a
+wrong one.
+
+In a notebook each verdict is one output with two forms: the sentence a learner reads
+(text/plain) and a record for the test suite (VERDICT_MIME: the check's name and its verdict),
+which no front end draws. Outside IPython the sentence is printed."""
 from __future__ import annotations
 
+import sys
 
-class WrongAnswer(AssertionError):
-    """The answer differs from the truth; the message says by how much and gives a hint."""
+VERDICT_MIME = "application/vnd.kit.exercise-verdict+json"
+
+
+def _tell(exercise: str, verdict: str, sentence: str) -> None:
+    try:
+        from IPython import get_ipython
+        from IPython.display import display
+        if get_ipython() is not None:
+            display({"text/plain": sentence, VERDICT_MIME: {"exercise": exercise, "verdict": verdict}}, raw=True)
+            return
+    except ImportError:
+        pass
+    print(sentence)
+
+
+def verdicts(notebook) -> list[tuple[int, str, str]]:
+    """(cell index, exercise, verdict) of every check an executed notebook (an nbformat node) ran, in
+    order; a verdict is "correct", "not yet" or "not answered"."""
+    return [(i, o["data"][VERDICT_MIME]["exercise"], o["data"][VERDICT_MIME]["verdict"])
+            for i, cell in enumerate(notebook.cells) for o in cell.get("outputs", [])
+            if VERDICT_MIME in o.get("data", {})]
 
 
 def _judge(answer, truth, hint: str, rel: float = 0.0, shown=None) -> bool:
-    """`shown`: the learner's answer as written, when `answer` is a normalised form of it."""
+    """`shown`: the learner's answer as written, when `answer` is a normalised form of it. The
+    verdict is recorded under the name of the check that called this."""
+    exercise = sys._getframe(1).f_code.co_name
     if answer is None:
-        print("not answered yet: write your answer in the parameters cell at the top and run the "
-              "notebook again (a hint comes with a wrong answer)")
+        _tell(exercise, "not answered", "not answered yet: write your answer in the parameters cell at the top "
+              "and run the notebook again (a hint comes with a wrong answer)")
         return False
     ok = abs(float(answer) - truth) <= rel * abs(truth) if rel else answer == truth
     shown = answer if shown is None else shown
     if not ok:
-        raise WrongAnswer(f"{shown!r} is not it. {hint}")
-    print(f"correct: {shown!r}")
+        _tell(exercise, "not yet", f"not yet: {shown!r} is not it. {hint}")
+        return False
+    _tell(exercise, "correct", f"correct: {shown!r}")
     return True
 
 
@@ -42,7 +71,7 @@ def check_dp_wire_bytes(formula: str | float | None, n: int, grad: int, elem: in
     value = eval(formula, {"__builtins__": {}}, names) if isinstance(formula, str) else formula
     hint = ("Which buffer does each of the two collectives move, and how many elements does the parameter "
             "buffer have if `grad` holds fp32 gradients? On a ring, what share of its buffer does one rank send?")
-    return _judge(value, measured, hint, rel=1e-6)
+    return _judge(value, measured, hint, rel=1e-6, shown=formula)
 
 
 def check_tp_all_reduces(answer: int | None, per_microbatch: int, microbatches: int = 3) -> bool:
@@ -198,3 +227,50 @@ def check_vocab_matrices(answer: int | None, measured: int) -> bool:
     hint = ("With tied embeddings one matrix turns token ids into vectors and vectors into logits. Which "
             "stage does each of those two jobs, and can a stage multiply by a weight another process holds?")
     return _judge(answer, measured, hint)
+
+
+def check_fastest_layout(answer: str | None, step_s: dict[str, float]) -> bool:
+    """Choose a layout: which candidate layout (its letter) the advisor predicts fastest, each at its
+    fastest setting that fits, from the advisor's live ranking (`step_s`: letter -> predicted step)."""
+    truth = min(step_s, key=step_s.get)
+    hint = ("These GPUs talk over PCIe, not NVLink. Which candidates add collectives inside every layer, and "
+            "which leave GPUs idle while a pipeline fills and drains? Among the others, how many GPUs does "
+            "each token's all-to-all reach?")
+    return _judge(answer.strip().upper() if isinstance(answer, str) else answer, truth, hint, shown=answer)
+
+
+def check_megatron_command(answer: str | None, refusal: str | None, plan_gib: float | None, gpu_gib: float,
+                           rank: int | None, ranked: int, top: int = 5, largest_terms: str = "") -> bool:
+    """Capstone: a whole Megatron-LM command line for the lesson's model and cluster, judged on three
+    criteria the lesson computed for it live: (a) Megatron-LM's parse_args and validate_args accept
+    it and it describes the lesson's job (`refusal`: None, else why not); (b) the memory planner's
+    peak per GPU (`plan_gib`) is within the GPU's `gpu_gib`; (c) among the `ranked` layouts the
+    advisor accepts, its layout ranks within the first `top` (`rank`, 1 = fastest that fits; ties share
+    a rank). One line per criterion, then the verdict, with a hint for each criterion that fails."""
+    if answer is None:
+        return _judge(None, None, "")
+    accepted = refusal is None
+    fits = plan_gib is not None and plan_gib <= gpu_gib
+    high = rank is not None and rank <= top
+    print(f"(a) Megatron-LM's parse_args + validate_args, the lesson's job: "
+          f"{'accepted' if accepted else 'refused: ' + refusal}")
+    print(f"(b) memory plan: " + (f"{plan_gib:.1f} GiB per GPU of {gpu_gib:g} GiB: {'fits' if fits else 'does not fit'}"
+                                   if plan_gib is not None else "not planned (refused above)"))
+    print(f"(c) advisor: " + (f"rank {rank} of {ranked} layouts (within the top {top}: {'yes' if high else 'no'})"
+                              if rank is not None else "not ranked (refused above)"))
+    hints = []
+    if not accepted:
+        hints.append("(a) The refusal names the flag or the size: spell each flag as `pretrain_gpt.py --help` "
+                     "does; TP x PP x CP must divide the GPUs, micro batch x DP the global batch, and the model, "
+                     "sequence and global batch are the lesson's.")
+    if accepted and not fits:
+        hints.append(f"(b) The largest terms of the plan: {largest_terms or 'see the bars'}. Which of them does the "
+                     "distributed optimizer shard over DP, which do TP (with SP) and PP split, and which does a "
+                     "smaller micro batch shrink?")
+    if accepted and not high:
+        hints.append("(c) Compare your row with the top rows of the table: every axis a layout adds costs time "
+                     "(the largest terms name it: a pipeline's bubble, collectives in every layer of a TP group, "
+                     "a group that crosses nodes). Which axes does memory need, and which could be data "
+                     "parallel instead?")
+    return _judge((accepted, fits, high), (True, True, True), " ".join(hints),
+                  shown={"accepted": accepted, "fits": fits, f"top {top}": high})

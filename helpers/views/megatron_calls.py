@@ -106,31 +106,37 @@ def origin(row: dict) -> str:
     return module.split(".")[0]
 
 
-def module_rows(run, rank: int = 0, layers: int = 1) -> list[dict]:
+def module_rows(run, rank: int = 0, layers: int = 1, hide: tuple[str, ...] = ()) -> list[dict]:
     """One rank's modules with parameters; of the transformer layers only the first `layers`
-    (the others repeat them)."""
+    (the others repeat them). A module whose name contains one of `hide` is listed without its
+    shapes (a lesson's exercise asks one of them later)."""
     rows = []
     for row in run.megatron["modules"][str(rank)]:
         m = re.search(r"layers\.(\d+)\.", row["name"])
         if m and int(m.group(1)) >= layers:
             continue
-        rows.append({**row, "origin": origin(row)})
+        rows.append({**row, "origin": origin(row), "hidden": any(h in row["name"] for h in hide)})
     return rows
 
 
-def text(run, rank: int = 0) -> str:
-    rows = module_rows(run, rank)
-    tree = "\n".join(f"  {r['name']:<46} {r['class']:<28} {r['origin']:<15} "
-                     + ", ".join(f"{k} {tuple(v)}" for k, v in r["params"].items()) for r in rows)
+def shapes(row: dict) -> str:
+    if row["hidden"]:
+        return "(an exercise below asks it)"
+    return ", ".join(f"{k} {tuple(v)}" for k, v in row["params"].items())
+
+
+def text(run, rank: int = 0, hide: tuple[str, ...] = ()) -> str:
+    rows = module_rows(run, rank, hide=hide)
+    tree = "\n".join(f"  {r['name']:<46} {r['class']:<28} {r['origin']:<15} " + shapes(r) for r in rows)
     return (f"the kit: launch.run({', '.join(f'{k}={v!r}' for k, v in kit_arguments(run).items())})\n\n"
             f"Megatron-Core:\n{code(run)}\n\nMegatron-LM ({names.MEGATRON_LM_SCRIPT}; {verdict(run)}):\n"
             f"{launch_line(run)}\n\nrank {rank}'s modules:\n{tree}")
 
 
-def show(run, rank: int = 0):
+def show(run, rank: int = 0, hide: tuple[str, ...] = ()):
     """The kit's arguments, Megatron-Core's calls and Megatron-LM's command (checked by Megatron-LM's
-    own argument checks) side by side, then one rank's modules (kit substitutes highlighted). HTML
-    in a notebook, text elsewhere."""
+    own argument checks) side by side, then one rank's modules (kit substitutes highlighted; the
+    shapes of modules named by `hide` left out). HTML in a notebook, text elsewhere."""
     try:
         from IPython import get_ipython
         from IPython.display import HTML, display
@@ -138,7 +144,7 @@ def show(run, rank: int = 0):
     except ImportError:
         in_notebook = False
     if not in_notebook:
-        print(text(run, rank))
+        print(text(run, rank, hide))
         return
     kit = "launch.run(\n" + "".join(f"    {k}={v!r},\n" for k, v in kit_arguments(run).items()) + ")"
     pre = 'style="font-size:11px;margin:0;white-space:pre"'
@@ -150,8 +156,8 @@ def show(run, rank: int = 0):
         f"<tr style='background:{'#fff3cd' if r['origin'] == 'kit substitute' else 'none'}'>"
         f"<td><code>{html.escape(r['name'])}</code></td><td>{html.escape(r['class'])}</td>"
         f"<td>{html.escape(r.get('substitute') or r['origin'])}</td>"
-        f"<td>{html.escape(', '.join(f'{k} {tuple(v)}' for k, v in r['params'].items()))}</td></tr>"
-        for r in module_rows(run, rank))
+        f"<td>{html.escape(shapes(r))}</td></tr>"
+        for r in module_rows(run, rank, hide=hide))
     display(HTML(f"<table><tr>{head}</tr><tr>{body}</tr></table>"
                  f"<p><b>{names.MEGATRON_LM_SCRIPT}</b>: {html.escape(verdict(run))}; the same job as a "
                  f"Megatron-Bridge recipe: <code>{names.BRIDGE_RECIPE}</code> in the run directory</p>"

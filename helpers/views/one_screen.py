@@ -14,8 +14,8 @@ SETUP = [
 ]
 LOOP = [
     ("zero gradients", "model.zero_grad_buffer(); optimizer.zero_grad()"),
-    ("forward + backward, every microbatch", "forward_backward(forward_step, data, [model], ...)"),
-    ("optimizer step", "optimizer.step()  (grads reduced, clipped, Adam)"),
+    ("forward + backward, every microbatch", "forward_backward(...)  (ends: grads reduced across DP)"),
+    ("optimizer step", "optimizer.step()  (clipped, Adam)"),
 ]
 
 

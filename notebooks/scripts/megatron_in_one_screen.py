@@ -88,7 +88,10 @@ def main() -> None:
     config, model = model_provider(args.tp, args.pp)
     model = DistributedDataParallel(config, DistributedDataParallelConfig(), model.to(device))  # 3. DP wrapper
     optimizer = get_megatron_optimizer(OptimizerConfig(optimizer="adam", lr=args.lr), [model])  # 4. optimizer
-    config.finalize_model_grads_func = finalize_model_grads  # grads reduced across DP (and TP for norms)
+    # The schedule calls this after the last microbatch's backward: it all-reduces the gradients across DP
+    # and, at PP > 1, the tied embedding's gradient between the first and last stage (norm gradients go
+    # over TP only with sequence_parallel or qk_layernorm, neither of which this model uses).
+    config.finalize_model_grads_func = finalize_model_grads
     forward_backward = get_forward_backward_func()  # 5. the schedule: no pipelining, 1F1B or interleaved
 
     losses = []
@@ -98,7 +101,7 @@ def main() -> None:
         per_microbatch = forward_backward(forward_step_func=forward_step, data_iterator=batches(iteration, device),
                                           model=[model], num_microbatches=MICRO_BATCHES, seq_length=SEQ,
                                           micro_batch_size=MICRO_BATCH, forward_only=False)  # 7.
-        optimizer.step()  # 8. gradients reduced across DP, clipped, Adam
+        optimizer.step()  # 8. clip the gradients (reduced in step 7) and Adam; no communication but the norm
         if parallel_state.is_pipeline_last_stage():  # only the last stage computes the loss
             losses.append(sum(m["loss"].item() for m in per_microbatch) / MICRO_BATCHES)
 

@@ -8,13 +8,32 @@ socket, and the message then sits in the socket unseen: nbclient waits the whole
 execute_reply that arrived long before, then carries on as if nothing happened. Under load this hit
 the layout lab's widget cells in 3 of 4 runs (900 s each in the suite). Here each wait polls in steps
 of at most half a second, so a message that is already there is found within that step (measured:
-0 hangs in 5 runs under the same load)."""
+0 hangs in 5 runs under the same load).
+
+`run_lesson` starts this file on one lesson the way the notebook tests do."""
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from queue import Empty
 
+import yaml
 from jupyter_client.channels import AsyncZMQSocketChannel
 
 STEP_S = 0.5
+CELL_TIMEOUT_S = 900  # no cell of a CPU-sized lesson takes minutes; a hang fails instead of blocking CI
+
+
+def run_lesson(notebook: Path, executed: Path, answers: dict | None) -> subprocess.CompletedProcess:
+    """Run `notebook` top to bottom on CPU in its own papermill process (no client state shared
+    between lessons), `answers` passed as parameters; its executed copy is written to `executed`."""
+    executed.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(
+        [sys.executable, __file__, str(notebook), str(executed), "--cwd", str(notebook.parent), "-k", "python3",
+         "-p", "device", "cpu", "--execution-timeout", str(CELL_TIMEOUT_S), "--no-progress-bar",
+         *(["-y", yaml.safe_dump(answers)] if answers else [])],
+        capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
 
 async def get_msg_polling_in_steps(self, timeout: float | None = None) -> dict:

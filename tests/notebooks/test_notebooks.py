@@ -1,21 +1,20 @@
 """Papermill runs every notebook in notebooks/ with its own (CI-sized) parameters; a notebook whose
-cell raises (every claim is an assert) fails the suite. New notebooks are picked up automatically.
+cell raises (every claim is an assert) fails the suite, and so does any exercise whose check did
+not say "correct" to the right answer passed below. New notebooks are picked up automatically.
 
 Each notebook runs in its own papermill process (papermill_run.py: papermill's command line with a
 fix for messages its client can miss under load), so no client state is shared between lessons."""
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+import nbformat
 import pytest
-import yaml
+from papermill_run import run_lesson
+
+from helpers.views.exercises import verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 EXECUTED = ROOT / "tests" / ".executed"
-RUNNER = Path(__file__).with_name("papermill_run.py")
-CELL_TIMEOUT_S = 900  # no cell of a CPU-sized lesson takes minutes; a hang fails instead of blocking CI
 # The exercises' right answers, passed as parameters (no notebook holds them; helpers/views/exercises.py).
 ANSWERS = {
     "00_quickstart": {"microbatches_tp2": 8 // 2},  # TP ranks share their tokens (DP=1)
@@ -44,18 +43,19 @@ ANSWERS = {
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
 def test_notebook_runs_and_asserts(notebook):
-    EXECUTED.mkdir(exist_ok=True)
-    out = subprocess.run(
-        [sys.executable, str(RUNNER), str(notebook), str(EXECUTED / notebook.name), "--cwd",
-         str(notebook.parent), "-k", "python3", "-p", "device", "cpu", "--execution-timeout", str(CELL_TIMEOUT_S),
-         "--no-progress-bar", *(["-y", yaml.safe_dump(ANSWERS[notebook.stem])] if notebook.stem in ANSWERS else [])],
-        capture_output=True, text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    assert out.returncode == 0, f"{notebook.name} failed (executed copy: {EXECUTED / notebook.name}):\n" \
-                                f"{out.stderr[-4000:]}"
+    executed = EXECUTED / notebook.name
+    out = run_lesson(notebook, executed, ANSWERS.get(notebook.stem))
+    assert out.returncode == 0, f"{notebook.name} failed (executed copy: {executed}):\n{out.stderr[-4000:]}"
+    said = verdicts(nbformat.read(executed, as_version=4))
+    answered = ANSWERS.get(notebook.stem, {})
+    not_correct = [f"{exercise} (cell {cell} of the executed copy): {verdict}" for cell, exercise, verdict in said if verdict != "correct"]
+    assert not not_correct, f"{notebook.name}: the right answers were not accepted (executed copy: {executed}): " \
+                            f"{'; '.join(not_correct)}"
+    assert len(said) == len(answered), f"{notebook.name}: {len(said)} checks ran for {len(answered)} answers " \
+                                       f"({sorted(answered)}); ANSWERS needs one answer per exercise"
 
 
 def test_every_notebook_has_a_parameters_cell():
-    import nbformat
     for nb_path in NOTEBOOKS:
         nb = nbformat.read(nb_path, as_version=4)
         tags = [c.metadata.get("tags", []) for c in nb.cells if c.cell_type == "code"]

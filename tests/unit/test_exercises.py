@@ -1,5 +1,6 @@
-"""Every exercise check rejects a wrong answer (with a hint), accepts the right one, and only
-gives its hint after a wrong answer, never before one. The right answers reach the notebooks through papermill
+"""Every exercise check rejects a wrong answer (returns False and prints "not yet" with a hint, so
+the lesson goes on), accepts the right one, and only gives its hint after a wrong answer, never
+before one. The right answers reach the notebooks through papermill
 (tests/notebooks/test_notebooks.py ANSWERS), so CI proves each is accepted against the live run."""
 import pytest
 
@@ -36,11 +37,13 @@ CASES = [  # (check, right answer, a wrong answer, the other arguments)
 
 @pytest.mark.parametrize("check, right, wrong, kw", CASES, ids=[c[0].__name__ for c in CASES])
 def test_a_check_rejects_a_wrong_answer_and_accepts_the_right_one(check, right, wrong, kw, capsys):
-    with pytest.raises(exercises.WrongAnswer, match="is not it") as wrong_answer:
-        check(wrong, **kw)
-    hint = str(wrong_answer.value).split("is not it. ", 1)[1]
+    assert check(wrong, **kw) is False
+    said = capsys.readouterr().out
+    assert said.startswith(f"not yet: {wrong!r} is not it. "), said
+    hint = said.split("is not it. ", 1)[1].strip()
+    assert hint
     assert check(right, **kw) is True
-    capsys.readouterr()
+    assert capsys.readouterr().out.startswith("correct: ")
     assert check(None, **kw) is False
     unanswered = capsys.readouterr().out
     assert "not answered yet" in unanswered and hint not in unanswered  # no hint before an attempt
@@ -50,3 +53,41 @@ def test_a_check_rejects_a_wrong_answer_and_accepts_the_right_one(check, right, 
 def test_a_formula_cannot_reach_python_builtins():
     with pytest.raises(NameError):
         exercises.check_dp_wire_bytes("__import__('os').getcwd()", n=2, grad=8, elem=4, measured=1.0)
+
+
+def test_fastest_layout_is_the_candidate_with_the_shortest_predicted_step(capsys):
+    step_s = {"A": 0.92, "B": 1.03, "C": 1.16, "D": 1.29}  # the advisor's step times, a letter each
+    assert exercises.check_fastest_layout(" a", step_s) is True  # letters in either case, spaces ignored
+    assert "correct" in capsys.readouterr().out
+    assert exercises.check_fastest_layout("B", step_s) is False
+    said = capsys.readouterr().out
+    assert "'B' is not it" in said and "PCIe" in said
+    assert exercises.check_fastest_layout("D", {**step_s, "D": 0.5}) is True  # the truth follows the times given
+    capsys.readouterr()
+    assert exercises.check_fastest_layout(None, step_s) is False
+    assert "PCIe" not in capsys.readouterr().out  # no hint before an attempt
+
+
+def test_megatron_command_needs_all_three_criteria_and_hints_at_each_failing_one(capsys):
+    command = "--tensor-model-parallel-size 2 ..."  # the check judges the numbers the lesson computed for it
+    right = dict(refusal=None, plan_gib=62.0, gpu_gib=80, rank=1, ranked=4230, top=5)
+    assert exercises.check_megatron_command(command, **right) is True
+    said = capsys.readouterr().out
+    assert "correct: " in said and "rank 1 of 4230" in said and "62.0 GiB per GPU of 80 GiB: fits" in said
+    refused = "world size (16) is not divisible by total_model_size (3)"
+    failing = {"(a)": dict(refusal=refused, plan_gib=None, rank=None), "(b)": dict(plan_gib=97.8),
+               "(c)": dict(rank=6)}  # each criterion failing alone gets its own hint, and only it
+    for criterion, wrong in failing.items():
+        assert exercises.check_megatron_command(command, **{**right, **wrong}) is False
+        said = capsys.readouterr().out
+        hint = said[said.index("not yet: "):].split(" is not it. ", 1)[1]
+        assert hint.startswith(criterion), (criterion, hint)
+        assert all(other not in hint for other in failing if other != criterion), (criterion, hint)
+        if criterion == "(a)":
+            assert refused in said  # Megatron-LM's own message is shown
+    assert exercises.check_megatron_command(command, **{**right, "plan_gib": 97.8, "rank": 2957}) is False
+    hint = capsys.readouterr().out.split(" is not it. ", 1)[1]
+    assert "(b)" in hint and "(c)" in hint  # both failing: both hints
+    assert exercises.check_megatron_command(None, **right) is False
+    unanswered = capsys.readouterr().out
+    assert "not answered yet" in unanswered and "(a)" not in unanswered  # no criteria or hints before an attempt

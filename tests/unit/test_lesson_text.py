@@ -85,9 +85,9 @@ def test_seed_always_says_which_seed():
         for text in markdown(p):
             if not text.startswith("## Words this kit uses"):  # the glossary defines the word
                 found += [f"{p.name}: ...{s}..." for s in bare_seeds(text)]
-    assert not found, "say 'seed checkpoint', 'random seed' or 'the 16-GPU writeup':\n" + "\n".join(found)
+    assert not found, "say 'seed checkpoint' or 'random seed':\n" + "\n".join(found)
     glossary = [t for t in markdown(ROOT / "notebooks" / "00_quickstart.ipynb") if t.startswith("## Words")]
-    assert glossary and "**seed checkpoint**" in glossary[0] and "**the 16-GPU writeup**" in glossary[0]
+    assert glossary and "**seed checkpoint**" in glossary[0] and "**random seed**" in glossary[0]
 
 
 def test_the_seed_rule_catches_a_bare_seed():

@@ -93,10 +93,11 @@ def sequence(lay: Layout, model: ModelPreset, devices) -> list[Violation]:
         v.add("sp_requires_tp", "sequence parallel splits activations across TP ranks but tp=1",
               "set tp >= 2 or turn sp off")
     if model.is_moe and lay.tp > 1 and not lay.sp:
-        # Megatron-Core only warns here ("sequence parallelism must be used", model_parallel_config.py,
-        # for EP > 1 with TP > 1); the kit refuses every MoE layout with TP > 1 and no SP.
-        v.add("moe_tp_requires_sp", f"MoE layers with tp={lay.tp} and sequence parallel off: Megatron-Core warns "
-              "that expert layers with tensor parallelism must use sequence parallelism", "turn sp on")
+        # Megatron-Core's MoELayer.forward raises a ValueError in training when TP > 1 and SP is off
+        # (moe_layer.py); refused here so that the job fails before any process starts.
+        v.add("moe_tp_requires_sp", f"MoE layers with tp={lay.tp} and sequence parallel off: Megatron-Core's MoE "
+              "layer raises a ValueError in training when tensor parallelism runs without sequence parallelism",
+              "turn sp on")
     if lay.sp and lay.tp > 1 and (lay.seq_len // lay.cp) % lay.tp:
         v.add("seq_divisible_by_tp_for_sp",
               f"sequence length per CP rank {lay.seq_len // lay.cp} is not divisible by tp={lay.tp}",
