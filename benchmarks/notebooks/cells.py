@@ -1,9 +1,9 @@
 """Run chosen code cells of a lesson notebook on a GPU machine without papermill: the parameters
 cell, then overrides (as papermill injects them), then every cell whose source contains one of the
 given markers, in notebook order, in one namespace; their asserts apply. For cells that need only
-one GPU (e.g. notebook 12's out-of-memory case) when the whole notebook needs more.
+one GPU (e.g. notebook 13's out-of-memory case) when the whole notebook needs more.
 
-    python -m benchmarks.notebooks.cells notebooks/12_failure_modes.ipynb --set device=cuda \\
+    python -m benchmarks.notebooks.cells notebooks/13_failure_modes.ipynb --set device=cuda \\
         --cells "from helpers import launch" "Out of memory" --out DIR
 """
 import argparse

@@ -143,7 +143,7 @@ class JobSpec(ParallelSizes):
                             "(the lessons' pictures), off on cuda, where their hooks, CUDA events and copies to the "
                             "host slow every step", choices=INSTRUMENTS)
     capture_tensors_at: int | None = knob(None, "at this iteration rank 0 keeps the input, output gradient and weight "
-                                          "of each linear of the first layer (linear_tensors.pt; lesson 16); "
+                                          "of each linear of the first layer (linear_tensors.pt; lesson 17); "
                                           "none = off")
     torch_profile: str | None = knob(None, "write torch.profiler tables of rank 0's last two iterations and the "
                                      "device's idle gaps to this file (+ FILE.idle.json); cuda, 3+ iterations; "
@@ -151,7 +151,7 @@ class JobSpec(ParallelSizes):
     torch_profile_mode: str = knob("full", "with torch_profile: full = host ranges and device activity (the host "
                                    "runs ~2x slower); device = device kernels and launches over one iteration "
                                    "(idle gaps close to an unprofiled step's)", choices=PROFILE_MODES)
-    faults: list = knob(list, "failures injected on purpose (tests, lesson 12), each KIND@ITERATION[:rankN], "
+    faults: list = knob(list, "failures injected on purpose (tests, lesson 13), each KIND@ITERATION[:rankN], "
                         "e.g. hang@2:rank1; KIND: raise, exit, killjob, hang, nan, exit|hang|killjob_during_save, "
                         "exit|hang_during_load (helpers/job/faults.py)", metavar="KIND@ITERATION[:rankN]")
 

@@ -183,6 +183,9 @@ def read_megatron_args(text: str) -> Reading:
     options = {a.dest: max(a.option_strings, key=len) for a in parser._actions if a.option_strings}
     given = {options[d]: (_core(d), x) for d, x in vars(args).items() if x != defaults.get(d)}
     values = {_core(name): value for name, value in vars(args).items()}
+    if args.tokenizer_type == "NullTokenizer" and args.vocab_size:  # +1 end-of-document, padded to divisor x TP
+        values["padded_vocab_size"] = _up(args.vocab_size + 1, args.make_vocab_size_divisible_by
+                                          * args.tensor_model_parallel_size)
     return _read(values, given, "a Megatron-LM command line", "megatron-lm")
 
 

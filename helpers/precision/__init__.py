@@ -2,7 +2,7 @@
 GPU's quantiser in Triton.
 
 Used on both sides: the worker's FP8 linears (helpers/runtime/layers/fp8_linear.py, on
-`torch._scaled_mm`) quantise with these recipes, and lesson 16 measures their error on CPU.
+`torch._scaled_mm`) quantise with these recipes, and lesson 17 measures their error on CPU.
   formats.py     fp32, bf16, fp16, e4m3, e5m2, e8m0: range, spacing, the round-trip bound
   recipes.py     quantise/dequantise: delayed scaling (amax history), current tensorwise,
                  rowwise, MXFP8 (blocks of 32 sharing a power-of-two E8M0 scale)

@@ -32,7 +32,7 @@ class Support:
             return (f"{where}: no FP8 tensor cores (they need compute capability >= "
                     f"{FP8_MIN_CAPABILITY[0]}.{FP8_MIN_CAPABILITY[1]}: Ada, Hopper, Blackwell); "
                     "train in bf16 here")
-        mx = "MXFP8 in hardware" if self.mxfp8 else "no MXFP8 (Blackwell only; emulated in lesson 16)"
+        mx = "MXFP8 in hardware" if self.mxfp8 else "no MXFP8 (Blackwell only; emulated in lesson 17)"
         return f"{where}: FP8 {' and '.join(self.fp8_recipes)} scaling; {mx}"
 
 

@@ -155,7 +155,7 @@ def recipe(calls: dict, spec, run_dir: Path) -> str:
     train = {"train_iters": spec.iters, "micro_batch_size": spec.micro_batch,
              "global_batch_size": spec.global_batch_size}
     validation = {"eval_interval": max(1, spec.eval_interval or spec.iters), "eval_iters": spec.eval_iters if real else 0}
-    if spec.eval_only:
+    if spec.eval_only or spec.iters == 0:  # validation only: the kit validates before the first step and stops
         validation["skip_train"] = True
         scheduler["lr_decay_iters"] = 1  # never stepped; Bridge asks for a decay of at least one step
     differs = notes + [n for n in lm_notes if not n.startswith(("weights:", "data: the kit's synthetic", "fp8:",

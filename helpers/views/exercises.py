@@ -274,3 +274,35 @@ def check_megatron_command(answer: str | None, refusal: str | None, plan_gib: fl
                      "parallel instead?")
     return _judge((accepted, fits, high), (True, True, True), " ".join(hints),
                   shown={"accepted": accepted, "fits": fits, f"top {top}": high})
+
+
+def check_megatron_flags(answer: str | None, base_flags: list[str], lesson_job, rtol: float, hint: str,
+                         run=None) -> bool:
+    """Megatron-LM flags added to a job: the flags of one of the lesson's jobs (`base_flags`, its
+    megatron-lm.sh: `megatron_lm.arguments`) plus the learner's `answer`, read by Megatron-LM's own
+    parser and run by the kit (`launch.run(megatron_args=...)`, or `run`) on `lesson_job`'s device,
+    precision and processes; correct when the parser accepts them and the job has `lesson_job`'s
+    layout and its losses within `rtol`. None: nothing runs."""
+    import shlex
+
+    from helpers.errors import KitError
+
+    if answer is None:
+        return _judge(None, None, hint)
+    if run is None:
+        from helpers.launch import run
+    want = lesson_job.spec
+    text = shlex.join([*base_flags, *shlex.split(answer)])
+    print(f"megatron_args = {text!r}")
+    try:
+        got = run(megatron_args=text, device=want.device, precision=want.precision, nproc=want.nproc,
+                  progress=False)
+    except KitError as e:
+        return _judge(False, True, f"Megatron-LM's parser or the kit's rules refused the job: {e}", shown=answer)
+    worst = max((abs(a - b) / abs(a) for a, b in zip(lesson_job.losses, got.losses)), default=float("inf"))
+    same = got.spec.layout_name() == want.layout_name() and len(got.losses) == len(lesson_job.losses) and worst <= rtol
+    print(f"your job: {got.spec.layout_name()}, losses {[round(x, 4) for x in got.losses]}; the lesson's "
+          f"{want.layout_name()}: {[round(x, 4) for x in lesson_job.losses]} "
+          f"(max rel. diff {worst:.1e}, within {rtol:g})")
+    return _judge(same, True, f"Your job ran as {got.spec.layout_name()}, the lesson's as "
+                  f"{want.layout_name()}. {hint}", shown=answer)

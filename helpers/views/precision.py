@@ -1,4 +1,4 @@
-"""Lesson 16's tables and pictures: the number formats' range and spacing, and each scaling
+"""Lesson 17's tables and pictures: the number formats' range and spacing, and each scaling
 recipe's round-trip error on given tensors (helpers/precision/ computes; this module only shows)."""
 from __future__ import annotations
 

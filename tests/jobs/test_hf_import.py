@@ -17,7 +17,7 @@ helpers/job/families.py (`Tiny.parity`, `Tiny.trained`).
   CP=2 with the losses of one process; the K-RoPE gradient fix (helpers/runtime/layers/mla.py) is what
   makes TP=2 agree;
 * an HF checkpoint missing a tensor fails with one error naming the parameter.
-Notebook 14_hf_import asserts the rest of the flow, each against one process or transformers: dense
+Notebook 15_hf_import asserts the rest of the flow, each against one process or transformers: dense
 TP=2 x PP=2 training, reload at another layout (eval loss), the trained export's logits, and
 DeepSeek-V2 with MoE at TP=2+SP x EP=2 (the fix's SP branch).
 Errors before launch: tests/unit/test_hf_model.py."""

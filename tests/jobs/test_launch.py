@@ -2,7 +2,7 @@
 notebooks 03, 04 and 06), named failures, timeouts that leave no
 process behind, and requests rejected before anything starts. A rank that raises, one that dies
 without a traceback, NaN, a hang inside a collective (collective_timeout_s) and one in a checkpoint
-save (stall_timeout_s) are asserted in notebooks/12_failure_modes.ipynb, which runs each of them."""
+save (stall_timeout_s) are asserted in notebooks/13_failure_modes.ipynb, which runs each of them."""
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor

@@ -1,4 +1,4 @@
-"""Every job of lessons 03-09 and 17, written out as the two things users run on GPU clusters and
+"""Every job of lessons 03-09 and 18, written out as the two things users run on GPU clusters and
 checked by those tools' own code on CPU: megatron-lm.sh through Megatron-LM's parse_args +
 validate_args (at the job's world size, as on a Hopper GPU), bridge_recipe.py through
 Megatron-Bridge's config() + runtime_config_update (what pretrain() runs before it initializes).
@@ -44,14 +44,14 @@ LESSON_JOBS = {
     "09 16 ranks": Layout.on(2, 8, tp=2, pp=2, cp=2, ep=4, etp=1, sp=True, seq_len=32, micro_batch=1,
                              global_batch=4).job_spec("control-moe-cpu", save_interval=2, **L09).to_dict(),
 }
-LESSON_17 = {  # the SFT jobs read the kit's generated conversations where the lesson writes its own
-    "17 continued pretraining PP=2": dict(data="wikitext", pp=2, iters=2, seq_len=256, micro_batch=1, global_batch=2,
-                                          lr=1e-5, eval_iters=2, save_interval=2),
-    "17 SFT PP=2": dict(data="sft", pp=2, iters=6, seq_len=64, micro_batch=2, global_batch=4, lr=1e-4, eval_iters=1,
+LESSON_17 = {  # WikiText and the kit's generated conversations stand in where the lesson writes its own text
+    "18 validation before training PP=2": dict(data="wikitext", pp=2, iters=0, seq_len=256, micro_batch=1,
+                                               global_batch=2, eval_iters=2),
+    "18 continued pretraining PP=2": dict(data="wikitext", pp=2, iters=4, seq_len=128, micro_batch=1, global_batch=2,
+                                          lr=3e-4, eval_iters=2, data_split="80,10,10"),
+    "18 SFT PP=2": dict(data="sft", pp=2, iters=6, seq_len=64, micro_batch=2, global_batch=4, lr=1e-4, eval_iters=1,
                         data_split="80,10,10", save_interval=6),
-    "17 evaluated at TP=3": dict(tp=3, iters=0, eval_only=True, load_dir="sft/checkpoints", seq_len=64,
-                                 micro_batch=2, global_batch=4),
-    "17 resumed at TP=3": dict(data="sft", tp=3, iters=8, load_dir="sft/checkpoints", seq_len=64, micro_batch=2,
+    "18 resumed at TP=3": dict(data="sft", tp=3, iters=8, load_dir="sft/checkpoints", seq_len=64, micro_batch=2,
                                global_batch=4, lr=1e-4, eval_iters=1, data_split="80,10,10", export_hf="export"),
 }
 SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "context_parallel_size",

@@ -94,7 +94,7 @@ def test_preflight_names_the_node_and_the_file(tmp_path):
 # A hang is caught by the stall watchdog (stall_timeout_s: no rank's heartbeat moved for that long),
 # so the test waits ~25 s after the hang instead of a whole timeout; timeout_s stays as the backstop
 # (an idle 2-core machine reaches the hang in ~30 s on two simulated nodes). A hang in a one-node
-# save is in notebooks/12_failure_modes.ipynb.
+# save is in notebooks/13_failure_modes.ipynb.
 STALL = 25
 
 

@@ -1,8 +1,8 @@
 """A real pretrained model (SmolLM2-135M-Instruct, helpers/launch/pretrained.py) with its own
-tokenizer on real text, at a layout other than lesson 17's (PP=2): tensor parallel over its 3 KV
+tokenizer on real text, at a layout other than lesson 18's (PP=2): tensor parallel over its 3 KV
 heads, started from the shell. Its validation and test losses before any step must equal one
 process's (fp32 on CPU), and the validation loss must be the pretrained model's (transformers'
-on the same samples: lesson 17 checks that at PP=2), not the ln(49152) = 10.8 of a model that
+on the same samples: lesson 18 checks that at PP=2), not the ln(49152) = 10.8 of a model that
 knows nothing."""
 import math
 import subprocess

@@ -20,24 +20,39 @@ ANSWERS = {
     "00_quickstart": {"microbatches_tp2": 8 // 2},  # TP ranks share their tokens (DP=1)
     "01_megatron_in_one_screen": {"qkv_rows_tp2": 3 * 4 * 16 // 2, "pp2_starts_equal": False},  # QKV x heads x dim / TP
     "02_memory": {"llama_dp8_fits": [False, True]},
-    "03_data_parallel": {"dp_wire_formula": "(n - 1) / n * (grad + grad // 4 * elem)"},
+    "03_data_parallel": {"dp_wire_formula": "(n - 1) / n * (grad + grad // 4 * elem)",
+                         "dist_opt_flags": "--use-distributed-optimizer"},
     # 3 microbatches x (4 per layer x 8 layers + 2); TP=16 on InfiniBand vs TP=8 on NVLink: 2x the
     # microbatches per rank, a 9x slower link, ring 15/8 vs 7/4
-    "04_tensor_parallel": {"tp_all_reduces": 3 * (4 * 8 + 2), "tp_time_ratio": 19.3},
-    "05_sequence_parallel": {"sp_all_gathers": 6 * 8 + 1 + 2},  # 6 per layer x 8 layers, embedding 1, output 2
-    "06_pipeline_parallel": {"vpp_isends": 4 * 3 + 4 * (3 - 1), "pp_bubble": 3 / 15},  # (p-1)/(m+p-1)
-    "07_context_parallel": {"kv_gather_bytes": 64 * 2 * (4 // 2) * 16 * 4},  # seq x mb x groups/TP x dim x fp32
+    "04_tensor_parallel": {"tp_all_reduces": 3 * (4 * 8 + 2), "tp_time_ratio": 19.3,
+                           "tp2_flags": "--tensor-model-parallel-size 2"},
+    "05_sequence_parallel": {"sp_all_gathers": 6 * 8 + 1 + 2,  # 6 per layer x 8 layers, embedding 1, output 2
+                             "sp_flags": "--sequence-parallel"},
+    "06_pipeline_parallel": {"vpp_isends": 4 * 3 + 4 * (3 - 1), "pp_bubble": 3 / 15,  # (p-1)/(m+p-1)
+                             "vpp_flags": "--num-virtual-stages-per-pipeline-rank 2"},
+    "07_context_parallel": {"kv_gather_bytes": 64 * 2 * (4 // 2) * 16 * 4,  # seq x mb x groups/TP x dim x fp32
+                            "cp2_flags": "--context-parallel-size 2"},
     "08_expert_parallel": {"fewer_bytes_dispatcher": "alltoall"},
     "09_process_groups_5d": {"ep_group_tp4": [0, 1, 2, 3]},
     "10_layout_lab": {"refused_layouts": {"A": None, "B": "world_divisible_expert", "C": None,
                                           "D": "microbatches_divisible_by_pp_for_vpp"}},
-    "11_checkpoints": {"checkpoint_bytes": 12 * 263_296},  # weights + Adam's two moments, fp32
-    "12_failure_modes": {"ends_by_timeout": ["d", "e"]},  # the two hangs; a dead rank closes its sockets
-    "13_smoke_test_cpt_sft": {"replica_groups": [[0, 1], [2, 3]]},  # DP varies faster than PP
-    "14_hf_import": {"fc1_rows_tp2": 2 * 160 // 2},  # gate + up of ffn 160, split over TP=2
-    "15_hybrid_models": {"ep8_full_recompute_fits": True},
-    "16_precision": {"spike_steps": 4},  # the spike stays in a 4-step history for 4 steps
-    "17_real_model": {"vocab_matrices_pp2": 2},  # the embedding on stage 0, its tied copy on the last stage
+    "11_choose_a_layout": {"fastest_layout": "A"},  # DP8 x EP4: no TP collectives on PCIe, no pipeline bubble
+    "12_checkpoints": {"checkpoint_bytes": 12 * 263_296},  # weights + Adam's two moments, fp32
+    "13_failure_modes": {"ends_by_timeout": ["d", "e"]},  # the two hangs; a dead rank closes its sockets
+    "14_smoke_test_cpt_sft": {"replica_groups": [[0, 1], [2, 3]]},  # DP varies faster than PP
+    "15_hf_import": {"fc1_rows_tp2": 2 * 160 // 2},  # gate + up of ffn 160, split over TP=2
+    "16_hybrid_models": {"ep8_full_recompute_fits": True},
+    "17_precision": {"spike_steps": 4},  # the spike stays in a 4-step history for 4 steps
+    "18_real_model": {"vocab_matrices_pp2": 2},  # the embedding on stage 0, its tied copy on the last stage
+    "19_capstone": {"megatron_command": (  # TP2+SP, DP8, micro batch 2, distributed optimizer: the advisor's rank 1
+        "torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+        "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
+        "--normalization RMSNorm --swiglu --disable-bias-linear --untie-embeddings-and-output-weights "
+        "--position-embedding-type rope --rotary-base 500000 --seq-length 4096 --max-position-embeddings 8192 "
+        "--vocab-size 128256 --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer "
+        "--micro-batch-size 2 --global-batch-size 256 --bf16 --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine "
+        "--lr-warmup-iters 2000 --train-iters 100000 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 "
+        "--clip-grad 1.0 --mock-data --tokenizer-type NullTokenizer")},
 }
 
 

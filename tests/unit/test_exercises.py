@@ -91,3 +91,44 @@ def test_megatron_command_needs_all_three_criteria_and_hints_at_each_failing_one
     assert exercises.check_megatron_command(None, **right) is False
     unanswered = capsys.readouterr().out
     assert "not answered yet" in unanswered and "(a)" not in unanswered  # no criteria or hints before an attempt
+
+
+def test_megatron_flags_run_the_learners_job_and_match_it_to_the_lessons(capsys):
+    from types import SimpleNamespace
+
+    from helpers.job.spec import JobSpec
+
+    lesson = SimpleNamespace(spec=JobSpec(tp=2, sp=True, nproc=2, device="cpu"), losses=[6.3, 6.1, 5.9])
+    ran = []
+
+    def run(megatron_args, **job):  # stands in for launch.run: the job the flags describe, its losses
+        ran.append((megatron_args, job))
+        sp = "--sequence-parallel" in megatron_args.split()
+        return SimpleNamespace(spec=JobSpec(tp=2, sp=sp, nproc=2), losses=[6.3, 6.1, 5.9 * (1 + 2e-6)])
+
+    base = ["--tensor-model-parallel-size", "2", "--num-layers", "4"]
+    check = dict(base_flags=base, lesson_job=lesson, rtol=1e-5, hint="Which flag splits the sequence?", run=run)
+    assert exercises.check_megatron_flags(None, **check) is False
+    assert "not answered yet" in capsys.readouterr().out and not ran  # nothing runs before an answer
+    assert exercises.check_megatron_flags("--sequence-parallel", **check) is True
+    assert ran[-1] == ("--tensor-model-parallel-size 2 --num-layers 4 --sequence-parallel",
+                       dict(device="cpu", precision=lesson.spec.precision, nproc=2, progress=False))
+    assert "correct: '--sequence-parallel'" in capsys.readouterr().out
+    assert exercises.check_megatron_flags("--overlap-grad-reduce", **check) is False  # TP=2 without SP
+    said = capsys.readouterr().out
+    assert "not yet: '--overlap-grad-reduce' is not it." in said and "tp2-sp" in said and "splits" in said
+    lesson.losses = [6.3, 6.1, 5.8]  # the same layout, other losses
+    assert exercises.check_megatron_flags("--sequence-parallel", **check) is False
+    capsys.readouterr()
+
+
+def test_megatron_flags_the_parser_refuses_are_shown_and_nothing_runs(capsys):
+    from types import SimpleNamespace
+
+    from helpers.job.spec import JobSpec
+
+    lesson = SimpleNamespace(spec=JobSpec(tp=2, sp=True, nproc=2, device="cpu"), losses=[6.3])
+    assert exercises.check_megatron_flags("--sequence-paralel", ["--tensor-model-parallel-size", "2"], lesson,
+                                          rtol=1e-5, hint="Spell it as Megatron-LM does.") is False
+    said = capsys.readouterr().out
+    assert "not yet: '--sequence-paralel' is not it." in said and "Megatron-LM has no flag --sequence-paralel" in said

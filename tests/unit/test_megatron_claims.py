@@ -4,7 +4,7 @@ calling the code that does it (no model, no process group: stand-ins carry only 
 - MoE with TP > 1 and no sequence parallel: MoELayer.forward raises a ValueError in training
   (lessons 08, 10; the kit's rule moe_tp_requires_sp refuses it before start);
 - the interleaved schedule refuses a microbatch count that is not a multiple of PP (lesson 06);
-- Megatron's fp8_recipe values, and its delayed-scaling defaults (lesson 16);
+- Megatron's fp8_recipe values, and its delayed-scaling defaults (lesson 17);
 - finalize_model_grads all-reduces norm gradients over TP only with sequence parallel or
   qk_layernorm (lesson 01's script, lesson 05)."""
 from __future__ import annotations
@@ -101,7 +101,7 @@ def test_fp8_recipe_takes_megatrons_five_names_and_no_rowwise():
 
 
 def test_megatrons_delayed_scaling_defaults_to_the_last_amax():
-    """Lesson 16: the kit's delayed recipe looks back 16 steps; Megatron passes its own history to
+    """Lesson 17: the kit's delayed recipe looks back 16 steps; Megatron passes its own history to
     TE's DelayedScaling (whose own default is 1024 steps, max), and Megatron's default is 1, most_recent."""
     from megatron.core.transformer import TransformerConfig
 

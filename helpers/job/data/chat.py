@@ -75,7 +75,7 @@ def sample(ids, trained, seq_len: int, pad: int) -> dict:
     a label the loss counts). An example too long for seq_len + 1 tokens keeps a window that starts
     early enough to hold the first answer's beginning: the context before it loses its start, so that
     at least half a sequence (or the whole answer, if shorter) is trained on; a long answer is cut.
-    The worker's SFTDataset (helpers/runtime/data/sft.py) turns these into tensors; lesson 13 draws one."""
+    The worker's SFTDataset (helpers/runtime/data/sft.py) turns these into tensors; lesson 14 draws one."""
     import numpy
 
     ids, trained = numpy.asarray(ids, dtype=numpy.int64), numpy.asarray(trained, dtype=numpy.int64)

@@ -39,7 +39,7 @@ def check(spec, model: ModelPreset, env: Environment) -> list[Violation]:
     if spec.device != "cuda":
         v.add("fp8_needs_gpu", "precision='fp8' needs a GPU with FP8 tensor cores (compute capability >= 8.9: Ada, "
               f"Hopper, Blackwell); this job runs on {spec.device}",
-              "use precision='fp32' (CPU) or 'bf16' (GPU); notebooks/16_precision shows FP8's numerics on CPU, "
+              "use precision='fp32' (CPU) or 'bf16' (GPU); notebooks/17_precision shows FP8's numerics on CPU, "
               "emulated")
         return v
     if not env.fp8_recipes:

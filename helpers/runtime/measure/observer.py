@@ -58,7 +58,7 @@ class Observer:
         recording = spec.instruments == "on"
         self.instruments = instruments.Instruments(worker.model, worker.device, recording)  # comm, timeline
         self.routers = moe_stats.RouterLog(worker.model, recording)  # moe.jsonl (MoE models)
-        self.captured = linear_tensors.install(worker.model, rank, spec.capture_tensors_at)  # lesson 16
+        self.captured = linear_tensors.install(worker.model, rank, spec.capture_tensors_at)  # lesson 17
         self.profile = ProfileWindow(spec, rank)  # benchmarks
         self.tokens_per_iteration = spec.global_batch_size * spec.seq_len
         self.iteration, self.times, self.loss_value = start, {}, None
