@@ -54,3 +54,18 @@ def triton_interpreter():
 def pytest_configure(config):
     # Quiet the warnings Megatron-Core prints at import (apex/TE missing, deprecations).
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
+
+
+def pytest_collection_modifyitems(config, items):
+    """How `make test` shares the tests between its two pytest-xdist workers (`-n 2 --dist
+    loadgroup`): a file's tests stay together (their module fixtures train once), each lesson is a
+    group of its own (one papermill run), so while one worker waits on a job's ranks the other
+    keeps the second core busy."""
+    root = Path(__file__).resolve().parent
+    for item in items:
+        path = Path(item.fspath).resolve()
+        group = path.relative_to(root).as_posix()
+        callspec = getattr(item, "callspec", None)
+        if path.parent.name == "notebooks" and callspec is not None and "notebook" in callspec.params:
+            group = f"{group}::{callspec.id}"
+        item.add_marker(pytest.mark.xdist_group(group))

@@ -7,10 +7,16 @@ the rendezvous is shut down; what is left is Python freeing torch's modules, ~0.
 machine. The runner waits for the agent's exit code, so that second sat on every job's critical
 path (the ranks skip the same teardown: runtime/train.py, exit_without_teardown). torch is
 imported with the garbage collector paused and its objects frozen, as the ranks import it
-(job/import_phase.py)."""
+(job/import_phase.py).
+
+`--preload MODULE[,MODULE]` before torchrun's own arguments (with its `--start-method forkserver`,
+launch/torchrun.py): the modules the forkserver imports before it forks the ranks, so every rank
+starts with torch and Megatron-Core imported (runtime/compat/cpu_rank_imports.py)."""
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import multiprocessing.forkserver
 import os
 import sys
 import traceback
@@ -19,6 +25,10 @@ from helpers.job import import_phase
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--preload"]:  # the ranks' imports, made once in the forkserver, started
+        multiprocessing.set_forkserver_preload(sys.argv[2].split(","))
+        del sys.argv[1:3]
+        multiprocessing.forkserver.ensure_running()  # now: its imports overlap the agent's own
     with import_phase.without_gc():  # torch's import with the collector paused, its objects then frozen
         from torch.distributed.run import main as torchrun
 

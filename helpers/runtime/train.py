@@ -182,6 +182,8 @@ def exit_without_teardown() -> None:
         child.join(timeout=10)
     sys.stdout.flush()
     sys.stderr.flush()
+    if multiprocessing.parent_process() is not None:
+        return  # a rank forked by torchrun's forkserver: torch's wrapper hands the agent our result, then os._exit
     os._exit(0)
 
 

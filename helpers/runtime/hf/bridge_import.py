@@ -37,9 +37,18 @@ def _is_bare(name: str) -> bool:
     return getattr(sys.modules.get(name), BARE, False)
 
 
-def auto_bridge(architectures=()):
+def auto_bridge(architectures=(), core_only: bool = False):
     """AutoBridge, with the bridge of every architecture in `architectures` registered (all of
-    Bridge's when one has no registering module or none is given)."""
+    Bridge's when one has no registering module or none is given). `core_only`: AutoBridge with no
+    model bridge registered yet (the packages entered bare): what every rank of an HF job needs
+    first, imported once per job before its ranks are forked (runtime/hf/rank_imports.py); a
+    later call with the job's architectures adds their bridges."""
+    if core_only:
+        for name in PACKAGES:
+            if name not in sys.modules:
+                _enter_bare(name)
+        from megatron.bridge.models.conversion.auto_bridge import AutoBridge
+        return AutoBridge
     modules = [registry.bridge_module(a) for a in architectures]
     if "megatron.bridge" in sys.modules and not _is_bare("megatron.bridge"):  # the full import ran
         from megatron.bridge import AutoBridge

@@ -98,24 +98,25 @@ def _registered(modules: dict[str, types.ModuleType]):
                 del sys.modules[name]
 
 
-def import_auto_bridge(architectures=()):
+def import_auto_bridge(architectures=(), core_only: bool = False):
     """`megatron.bridge.AutoBridge`, imported with the TE stand-in when TE is absent; with the bridges
-    of `architectures` only, where bridge_import.py knows their modules (else all of Bridge)."""
+    of `architectures` only, where bridge_import.py knows their modules (else all of Bridge), or
+    with none yet (`core_only`, bridge_import.auto_bridge)."""
     from helpers.job import import_phase
 
     if "megatron.core" not in sys.modules:
         raise RuntimeError("import megatron.core before Megatron-Bridge (the TE stand-in relies on it)")
     with import_phase.without_gc(), import_phase.without_modelopt():  # ~2-9 s of imports (bridge_import.py)
-        return _auto_bridge(architectures)
+        return _auto_bridge(architectures, core_only)
 
 
-def _auto_bridge(architectures):
+def _auto_bridge(architectures, core_only=False):
     import logging
 
     from helpers.runtime.hf import bridge_import
 
     if te_installed():
-        return bridge_import.auto_bridge(architectures)
+        return bridge_import.auto_bridge(architectures, core_only)
     for name in PREIMPORT:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
@@ -125,7 +126,7 @@ def _auto_bridge(architectures):
     logging.disable(logging.INFO)  # Bridge logs a traceback at INFO for each TE name it probes
     try:
         with _registered(_te_modules()):  # (again for a second architecture: every step is idempotent)
-            return bridge_import.auto_bridge(architectures)
+            return bridge_import.auto_bridge(architectures, core_only)
     finally:
         logging.disable(previous)
 
