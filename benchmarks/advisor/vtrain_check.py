@@ -15,7 +15,9 @@ the 40 GB part's datasheet is taken) and the software is Execution.MEGATRON_DEEP
 
 `--fit` fits the A100's two achieved fractions (helpers/advisor/gpus.py: gemm_fraction,
 elementwise_fraction) on all rows, and again leaving each model out in turn, and prints both; the
-profile keeps the all-rows fit. `--write` writes docs/results/advisor.md."""
+profile keeps the all-rows fit. `--write` writes docs/results/advisor.md, with a short section on the
+advisor's single-GPU choices against one H200 (benchmarks/advisor/h200_choices.py, from its recorded
+measurements)."""
 from __future__ import annotations
 
 import argparse
@@ -174,7 +176,8 @@ def leave_one_model_out(rows: list[Row], grid: dict) -> list[dict]:
 
 
 def markdown(rows: list[Row], result: dict, logo: list[dict] | None, fitted: tuple[float, float] | None,
-             command: str) -> str:
+             command: str, h200: list[str] | None = None) -> str:
+    """The page; `h200`: the lines of its section on one H200 (h200_choices.summary()), if any."""
     gpu, latency = CLUSTER, calibration.COLLECTIVE_LATENCY_S
     lines = ["# The layout advisor's time model against vTrain's measurements", "",
              "`helpers/advisor/` predicts a layout's step time from small named terms (helpers/advisor/time/). "
@@ -186,36 +189,38 @@ def markdown(rows: list[Row], result: dict, logo: list[dict] | None, fitted: tup
              f"**Command** (CPU, about a second; `--fit` adds the fit below, about a minute): `{command}`  ",
              f"**Date** {time.strftime('%Y-%m-%d')}. The GEMM size classes: `python -m benchmarks.advisor.gemm_sizes "
              "--out DIR` on one H200 (2026-12-03, 25 s; `benchmarks/advisor/gemm_sizes_results.json`). The same "
-             "model on one H200 against the kit's own step times: docs/results/advisor_h200.md.", "",
-             "## What the model is given", "",
-             f"- GPU: {gpu.name}, {gpu.peak_bf16_tflops:g} TFLOP/s dense fp16, HBM {gpu.hbm_gb_per_s:g} GB/s, NVLink "
-             f"{gpu.intra_node_gb_per_s:g} GB/s per direction (datasheet); network {gpu.inter_node_gb_per_s:g} GB/s "
-             "per GPU (vTrain's configuration files: 800 Gb/s per node of 8 GPUs). Those files name the GPU "
-             "\"A100\" only; the 40 GB part's HBM bandwidth is taken (the 80 GB part's is 31% higher, which the "
-             "fitted elementwise fraction below would absorb).",
-             "- Software (`Execution.MEGATRON_DEEPSPEED`): fp16, the attention's scores materialised with softmax "
-             "and dropout, full activation recompute, gradients all-reduced in fp16 after the backward (no "
-             "overlap), the column-parallel input-gradient all-reduce under the weight-gradient GEMM.",
-             "- Models: GPT with FFN 4h, GeLU, LayerNorm, GPT-2's vocabulary (50257, padded to 128 x TP); "
-             "sequence 2048; the rows' TP, PP, DP, micro and global batch.", "",
-             "## Constants and how many were fitted on this data", "",
-             "| constant | value | where it comes from |", "|---|---|---|",
-             f"| GEMM size classes (6 fractions) | `time/gemm.py` SIZE_CLASSES | measured on this kit's H200 "
-             "(`benchmarks/advisor/gemm_sizes.py`) |",
-             "| elementwise and copy rates, flash attention | H200 fractions | measured on this kit's H200 "
-             "(`helpers/roofline/hardware.py`) |",
-             f"| collective efficiency, latency | {calibration.COLLECTIVE_EFFICIENCY}, "
-             f"{latency['intra'] * 1e6:g}/{latency['inter'] * 1e6:g} us "
-             "| assumed (typical NCCL), not fitted |",
-             f"| **A100 large-GEMM fraction of peak** | **{gpu.gemm_fraction}** | **fitted on these rows** "
-             "(the H200's measured fraction, 0.756, predicts every row about 15% slow) |",
-             f"| **A100 elementwise fraction of HBM bandwidth** | **{gpu.elementwise_fraction}** | **fitted on these "
-             "rows** (the H200's, 0.449) |", "",
-             "Two constants were fitted on this development set, both describing the A100 (the one GPU whose "
-             "achieved rates the kit cannot measure); everything else is measured on the H200, read from a "
-             "datasheet, or assumed. The fit minimises the median |error| on a grid (GEMM fraction 0.70-0.95 "
-             "step 0.01, elementwise 0.40-0.95 step 0.025). They mostly scale every layout of a group alike: "
-             "across that grid each group's rank correlation moves by up to about 0.2.", ""]
+             "model on one H200 against the kit's own step times: docs/results/advisor_h200.md.", ""]
+    if h200:
+        lines += ["## On one H200", "", *h200, ""]
+    lines += ["## What the model is given", "",
+              f"- GPU: {gpu.name}, {gpu.peak_bf16_tflops:g} TFLOP/s dense fp16, HBM {gpu.hbm_gb_per_s:g} GB/s, NVLink "
+              f"{gpu.intra_node_gb_per_s:g} GB/s per direction (datasheet); network {gpu.inter_node_gb_per_s:g} GB/s "
+              "per GPU (vTrain's configuration files: 800 Gb/s per node of 8 GPUs). Those files name the GPU "
+              "\"A100\" only; the 40 GB part's HBM bandwidth is taken (the 80 GB part's is 31% higher, which the "
+              "fitted elementwise fraction below would absorb).",
+              "- Software (`Execution.MEGATRON_DEEPSPEED`): fp16, the attention's scores materialised with softmax "
+              "and dropout, full activation recompute, gradients all-reduced in fp16 after the backward (no "
+              "overlap), the column-parallel input-gradient all-reduce under the weight-gradient GEMM.",
+              "- Models: GPT with FFN 4h, GeLU, LayerNorm, GPT-2's vocabulary (50257, padded to 128 x TP); "
+              "sequence 2048; the rows' TP, PP, DP, micro and global batch.", "",
+              "## Constants and how many were fitted on this data", "",
+              "| constant | value | where it comes from |", "|---|---|---|",
+              f"| GEMM size classes (6 fractions) | `time/gemm.py` SIZE_CLASSES | measured on this kit's H200 "
+              "(`benchmarks/advisor/gemm_sizes.py`) |",
+              "| elementwise and copy rates, flash attention | H200 fractions | measured on this kit's H200 "
+              "(`helpers/roofline/hardware.py`) |",
+              f"| collective efficiency, latency | {calibration.COLLECTIVE_EFFICIENCY}, "
+              f"{latency['intra'] * 1e6:g}/{latency['inter'] * 1e6:g} us "
+              "| assumed (typical NCCL), not fitted |",
+              f"| **A100 large-GEMM fraction of peak** | **{gpu.gemm_fraction}** | **fitted on these rows** "
+              "(the H200's measured fraction, 0.756, predicts every row about 15% slow) |",
+              f"| **A100 elementwise fraction of HBM bandwidth** | **{gpu.elementwise_fraction}** | **fitted on these "
+              "rows** (the H200's, 0.449) |", "",
+              "Two constants were fitted on this development set, both describing the A100 (the one GPU whose "
+              "achieved rates the kit cannot measure); everything else is measured on the H200, read from a "
+              "datasheet, or assumed. The fit minimises the median |error| on a grid (GEMM fraction 0.70-0.95 "
+              "step 0.01, elementwise 0.40-0.95 step 0.025). They mostly scale every layout of a group alike: "
+              "across that grid each group's rank correlation moves by up to about 0.2.", ""]
     if fitted:
         lines += [f"Fit on all 109 rows: GEMM fraction {fitted[0]}, elementwise fraction {fitted[1]}.", ""]
     lines += ["## Summary", "", f"Median |error| over all 109 rows: **{result['median_abs_error'] * 100:.1f}%** "
@@ -268,7 +273,7 @@ def misses(rows: list[Row], result: dict) -> list[str]:
             "land within a few percent, and the 175B model's TP=2 runs are predicted well: nothing in the model "
             "singles them out. They cost the group most of its rank correlation (Spearman without them: "
             f"{spearman([pred[i] for i in others], [rows[i].measured_s for i in others]):.2f}, a diagnostic only).",
-            f"- The 3.6B model at micro batch 2 with TP 4 and 8 runs {small} slower than predicted, and TP 8 at micro "
+            f"- The 3.6B model at micro batch 2 with TP 4 and 8 is {small} slower than predicted, and TP 8 at micro "
             f"batch 64 takes {big:.1f}x its time at micro batch 32: the first looks like the host launching kernels "
             "slower than the GPU runs them, the second like memory pressure; the model has neither.", ""]
     for g, s in result["groups"].items():
@@ -316,7 +321,8 @@ def main(argv=None):
                   f"best at rank {f['group']['predicted_rank_of_best']}")
     if args.write:
         command = f"python -m benchmarks.advisor.vtrain_check{' --fit' if args.fit else ''} --write {args.write}"
-        args.write.write_text(markdown(rows, result, logo, fitted, command))
+        from benchmarks.advisor import h200_choices
+        args.write.write_text(markdown(rows, result, logo, fitted, command, h200_choices.summary()))
         print("wrote", args.write)
 
 

@@ -10,7 +10,10 @@ kit has (the kit's SDPA core attention, or Megatron's local DotProductAttention)
 
     python -m benchmarks.speed.bare_mcore_loop '{"model": {...ModelPreset fields}, "seq_len": 2048,
         "micro_batch": 4, "global_batch": 32, "iters": 10, "attention": "sdpa", "fusions": true, "fused_adam": true,
-        "profile": null}'
+        "profile": null, "recompute": "none"}'
+
+"recompute": none | selective (Megatron's recompute_granularity="selective": core attention) | full
+(recompute_granularity="full", method "uniform", one layer per chunk: every layer's forward again).
 
 Prints one JSON line: step times, tokens/s, peak allocated bytes, parameter count.
 """
@@ -35,6 +38,10 @@ def build(cfg: dict):
     from megatron.core.transformer.module import Float16Module
 
     m, fused = cfg["model"], cfg["fusions"]
+    recompute = {"none": {}, "selective": dict(recompute_granularity="selective"),
+                 "full": dict(recompute_granularity="full", recompute_method="uniform", recompute_num_layers=1),
+                 }[cfg.get("recompute", "none")]
+    gated = m.get("activation") == "swiglu"  # Llama's MLP: SiLU-gated (the presets' other dense MLPs: GeLU)
     moe = {}
     if m.get("num_experts"):
         moe = dict(num_moe_experts=m["num_experts"], moe_router_topk=m.get("moe_router_topk", 2),
@@ -49,7 +56,9 @@ def build(cfg: dict):
         pipeline_dtype=torch.bfloat16, gradient_accumulation_fusion=False, masked_softmax_fusion=False,
         apply_rope_fusion=False, persist_layer_norm=False, init_method_std=0.02,
         bias_activation_fusion=fused and m.get("add_bias_linear", False), bias_dropout_fusion=fused,
-        cross_entropy_loss_fusion=fused, cross_entropy_fusion_impl="native", **moe)
+        cross_entropy_loss_fusion=fused, cross_entropy_fusion_impl="native",
+        gated_linear_unit=gated, activation_func=torch.nn.functional.silu if gated else torch.nn.functional.gelu,
+        kv_channels=m.get("kv_channels"), **recompute, **moe)
     layer = get_gpt_layer_local_spec(num_experts=m.get("num_experts"), moe_grouped_gemm=False,
                                      normalization=config.normalization)
     if fused:  # the kit's compiled rotary embedding, as the kit's worker uses on GPU
