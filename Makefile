@@ -42,7 +42,7 @@ check: install
 	$(PY) -m pytest -q tests/unit --durations=10
 
 test: install
-	$(PY) -m pytest -q tests -n 2 --dist loadgroup --durations=25
+	$(PY) -m pytest -q tests -n 2 --durations=25
 
 lab: install
 	$(VENV)/bin/jupyter lab notebooks

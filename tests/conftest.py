@@ -56,16 +56,16 @@ def pytest_configure(config):
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
 
 
-def pytest_collection_modifyitems(config, items):
-    """How `make test` shares the tests between its two pytest-xdist workers (`-n 2 --dist
-    loadgroup`): a file's tests stay together (their module fixtures train once), each lesson is a
-    group of its own (one papermill run), so while one worker waits on a job's ranks the other
-    keeps the second core busy."""
-    root = Path(__file__).resolve().parent
-    for item in items:
-        path = Path(item.fspath).resolve()
-        group = path.relative_to(root).as_posix()
-        callspec = getattr(item, "callspec", None)
-        if path.parent.name == "notebooks" and callspec is not None and "notebook" in callspec.params:
-            group = f"{group}::{callspec.id}"
-        item.add_marker(pytest.mark.xdist_group(group))
+def pytest_xdist_make_scheduler(config, log):
+    """How `make test` shares the tests between its two pytest-xdist workers (`-n 2`): a file's
+    tests stay together (their module fixtures train once), and each lesson is a unit of its own
+    (one papermill run each), so while one worker waits on a job's ranks the other keeps the second
+    core busy. (pytest-xdist's own `loadgroup` marks do not reach its scheduler under pytest 9.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileOrLesson(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            file = nodeid.split("::", 1)[0]
+            return nodeid if file.endswith("notebooks/test_notebooks.py") else file
+
+    return FileOrLesson(config, log)

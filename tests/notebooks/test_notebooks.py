@@ -32,7 +32,7 @@ ANSWERS = {
                              "vpp_flags": "--num-virtual-stages-per-pipeline-rank 2"},
     "07_context_parallel": {"kv_gather_bytes": 64 * 2 * (4 // 2) * 16 * 4,  # seq x mb x groups/TP x dim x fp32
                             "cp2_flags": "--context-parallel-size 2"},
-    "08_expert_parallel": {"fewer_bytes_dispatcher": "alltoall"},
+    "08_expert_parallel": {"fewer_bytes_dispatcher": "alltoall", "ep2_flags": "--expert-model-parallel-size 2"},
     "09_process_groups_5d": {"ep_group_tp4": [0, 1, 2, 3]},
     "10_layout_lab": {"refused_layouts": {"A": None, "B": "world_divisible_expert", "C": None,
                                           "D": "microbatches_divisible_by_pp_for_vpp"}},
