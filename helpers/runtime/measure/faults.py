@@ -73,13 +73,10 @@ def fail(fault: faults.Fault, how: str, rank: int) -> None:
 
 
 def kill_job() -> None:
-    """`kill -9` of the whole job: the torchrun agent (this rank's parent, or the forkserver's
-    parent when torchrun forks the ranks), then every rank."""
+    """`kill -9` of the whole job: the torchrun agent (this rank's parent), then every rank."""
     import psutil
 
     agent = psutil.Process(os.getppid())
-    if "forkserver" in " ".join(agent.cmdline()):
-        agent = agent.parent()
     ranks = agent.children(recursive=True)
     os.kill(agent.pid, signal.SIGKILL)  # first, so it cannot tidy up or restart anything
     for p in ranks:
