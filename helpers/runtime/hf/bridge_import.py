@@ -44,11 +44,7 @@ def auto_bridge(architectures=(), core_only: bool = False):
     first, imported once per job before its ranks are forked (runtime/hf/rank_imports.py); a
     later call with the job's architectures adds their bridges."""
     if core_only:
-        for name in PACKAGES:
-            if name not in sys.modules:
-                _enter_bare(name)
-        from megatron.bridge.models.conversion.auto_bridge import AutoBridge
-        return AutoBridge
+        return _bare_auto_bridge()
     modules = [registry.bridge_module(a) for a in architectures]
     if "megatron.bridge" in sys.modules and not _is_bare("megatron.bridge"):  # the full import ran
         from megatron.bridge import AutoBridge
@@ -59,10 +55,16 @@ def auto_bridge(architectures=(), core_only: bool = False):
                 del sys.modules[name]
         from megatron.bridge import AutoBridge
         return AutoBridge
+    AutoBridge = _bare_auto_bridge()
+    for module in modules:
+        importlib.import_module(module)
+    return AutoBridge
+
+
+def _bare_auto_bridge():
+    """AutoBridge alone, the two packages entered bare (their `__init__`s not run)."""
     for name in PACKAGES:
         if name not in sys.modules:
             _enter_bare(name)
     from megatron.bridge.models.conversion.auto_bridge import AutoBridge
-    for module in modules:
-        importlib.import_module(module)
     return AutoBridge
