@@ -1,7 +1,8 @@
 """The advisor's time model against the kit's own H200 measurements: the GPT sizes of
 benchmarks/speed/throughput.py, one H200, the layout those runs used (one GPU, their micro and
 global batch, no recompute, no distributed optimizer), planned with Execution.KIT_LOCAL (the kit's
-local backend: no gradient-reduction overlap, no fused gradient accumulation).
+local backend) as the measured runs executed: their weight gradients accumulated by the GEMM
+(runtime/layers/wgrad_accumulation.py) or, in runs recorded before it, added into main_grad after it.
 
 Measured step times come from the recorded result files (never typed in here): the median step of
 the kit's job and of the bare Megatron loop on the same calls, each file with its command and date.
@@ -24,11 +25,12 @@ from helpers.advisor.advise import advise
 from helpers.advisor.execution import KIT_LOCAL
 
 ROOT = Path(__file__).resolve().parents[2]
-# (result file, date): each size's newest measurement of the kit and the bare loop
+# (result file, date, weight gradients accumulated by the GEMM): each size's newest measurement of the
+# kit and the bare loop
 MEASURED = {
-    "gpt-1.4b": ("benchmarks/speed/throughput_default_2026-12-03.json", "2026-12-03"),
-    "gpt-125m": ("benchmarks/speed/throughput_default_2026-12-03.json", "2026-12-03"),
-    "gpt-7b-l6": ("benchmarks/speed/throughput_results.json", "2026-12-01"),  # the one run of that file measuring it
+    "gpt-1.4b": ("benchmarks/speed/throughput_results_2026-12-04_paired_1.4b.json", "2026-12-04", True),
+    "gpt-125m": ("benchmarks/speed/throughput_results_2026-12-04_paired_125m.json", "2026-12-04", True),
+    "gpt-7b-l6": ("benchmarks/speed/throughput_results.json", "2026-12-01", False),  # the one run measuring it
 }
 
 
@@ -36,6 +38,8 @@ def measured(size: str) -> dict:
     """{"kit": s, "bare": s}: the median step times the size's result file recorded (a file of several
     runs: the run that measured this size with SDPA attention)."""
     data = json.loads((ROOT / MEASURED[size][0]).read_text())
+    if "results" in data:  # one invocation's results.json (with --repeats: the medians over the pairs)
+        return {who: data["results"][f"{who}/{size}/sdpa"]["step_time_s"] for who in ("kit", "bare")}
     if "runs" not in data:
         return {who: data[f"{who}/{size}"]["step_time_s"] for who in ("kit", "bare")}
     [results] = [r["results"] for r in data["runs"].values() if f"kit/{size}/sdpa" in r["results"]]
@@ -45,7 +49,8 @@ def measured(size: str) -> dict:
 def predicted(size: str):
     """The advisor's row for the measured layout: 1 GPU, the size's micro batch, nothing recomputed."""
     _, _, seq, micro_batch, global_batch = SIZES[size]
-    advice = advise(model_of(size), 1, "h200", 1, seq_len=seq, global_batch=global_batch, execution=KIT_LOCAL,
+    execution = KIT_LOCAL.with_(grad_accumulation_fused=MEASURED[size][2])
+    advice = advise(model_of(size), 1, "h200", 1, seq_len=seq, global_batch=global_batch, execution=execution,
                     backend="local", max_micro_batch=micro_batch)
     return next(r for r in advice.rows if r.layout.micro_batch == micro_batch and not r.training.dist_opt
                 and r.training.recompute == "none")
@@ -66,20 +71,23 @@ def markdown(table: list[dict], command: str) -> str:
              "The advisor (`helpers/advisor/`) predicts a step from named terms; docs/results/advisor.md checks it "
              "against vTrain's published A100 clusters. This page checks the same model on one H200 against the "
              "kit's own step times (`benchmarks/speed/throughput.py`, the files named below): one GPU, the runs' "
-             "micro and global batch, sequence 2048, no recompute, `Execution.KIT_LOCAL`.", "",
+             "micro and global batch, sequence 2048, no recompute, `Execution.KIT_LOCAL` with the weight gradients "
+             "accumulated as each run did (last column).", "",
              f"**Command** (CPU, a few seconds): `{command}`  ",
              f"**Date** {time.strftime('%Y-%m-%d')} (the measurements: the dates in the table).", "",
-             "| GPT | measured | predicted s | kit s | error vs kit | bare loop s | error vs bare | terms (s) | file |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| GPT | measured | predicted s | kit s | error vs kit | bare loop s | error vs bare | terms (s) | file "
+             "| weight gradients |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in table:
         terms = ", ".join(f"{k} {v:.3f}" for k, v in r["terms_s"].items())
         lines.append(f"| {r['size']} | {r['date']} | {r['predicted_s']:.3f} | {r['kit_s']:.3f} | "
                      f"{r['predicted_s'] / r['kit_s'] - 1:+.1%} | {r['bare_s']:.3f} | "
-                     f"{r['predicted_s'] / r['bare_s'] - 1:+.1%} | {terms} | `{r['file']}` |")
+                     f"{r['predicted_s'] / r['bare_s'] - 1:+.1%} | {terms} | `{r['file']}` | "
+                     f"{'accumulated by the GEMM' if MEASURED[r['size']][2] else 'added after the GEMM'} |")
     lines += ["", "Where the GPU is busy (1.4B, and the 7B-wide GPT's six layers) the terms add up to the measured "
               "step within a few percent. The 125M GPT is host-bound on an H200: its kernels are short and the "
-              "device waits for Python between them (the bare loop, which launches the same kernels, is slower "
-              "still), and no term of the advisor models the host; a cluster-sized layout, the advisor's use, is "
+              "device waits for Python between them (the bare loop, which launches the same kernels, waits as "
+              "long), and no term of the advisor models the host; a cluster-sized layout, the advisor's use, is "
               "GPU-bound. Not listed: the MoE size of throughput.py, whose 8 experts run one after another on the "
               "local backend (Megatron's SequentialMLP, no grouped GEMM): 1.03 s measured (docs/results/throughput.md) "
               "against 0.17 s predicted, a loop no term models.", ""]

@@ -73,7 +73,7 @@ def measure(out: Path, names: list[str]) -> None:
     if names != list(MODELS):
         command += " --models " + ",".join(names)
     results = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "date": time.strftime("%Y-%m-%d"),
-               "commands": [command], "models": {}}
+               "commands": [command], "gradient_accumulation_fusion": True, "models": {}}  # the bare loop's, with fusions
     for name in names:
         make, seq, gbs, choices = MODELS[name]
         model = make()
@@ -88,12 +88,16 @@ def measure(out: Path, names: list[str]) -> None:
 
 
 # ---- anywhere: the advisor against the measurements ----------------------------------------------------
-def predictions(name: str) -> dict:
+def predictions(name: str, fused_accumulation: bool = True) -> dict:
+    """The advisor's rows for the measured choices, planned for the execution that was measured: files
+    without `gradient_accumulation_fusion` come from a bare loop that added each weight gradient into
+    main_grad after its GEMM (`fused_accumulation=False`)."""
     from helpers.advisor.advise import advise
     from helpers.advisor.execution import KIT_LOCAL
 
     make, seq, gbs, choices = MODELS[name]
-    advice = advise(make(), 1, "h200", 1, seq_len=seq, global_batch=gbs, execution=KIT_LOCAL, backend="local",
+    execution = KIT_LOCAL.with_(grad_accumulation_fused=fused_accumulation)
+    advice = advise(make(), 1, "h200", 1, seq_len=seq, global_batch=gbs, execution=execution, backend="local",
                     max_micro_batch=max(m for m, _ in choices))
     return {(r.layout.micro_batch, r.training.recompute): r for r in advice.rows if not r.training.dist_opt}
 
@@ -117,7 +121,7 @@ def compare(measured: dict) -> dict:
                          "compare files that --measure wrote")
     out = {}
     for name, rows in measured["models"].items():
-        predicted = predictions(name)
+        predicted = predictions(name, measured.get("gradient_accumulation_fusion", False))
         table = []
         for m in rows:
             p = predicted[(m["micro_batch"], m["recompute"])]
@@ -149,6 +153,10 @@ def merged(files: list[Path]) -> dict:
         if out is None:
             out = dict(m, commands=list(m["commands"]), models=dict(m["models"]))
             continue
+        if m.get("gradient_accumulation_fusion", False) != out.get("gradient_accumulation_fusion", False):
+            raise SystemExit(f"{f}: measured with gradient_accumulation_fusion "
+                             f"{m.get('gradient_accumulation_fusion', False)}, the other files without; compare one "
+                             "execution only")
         for key in ("gpu", "torch"):
             if m[key] != out[key]:
                 raise SystemExit(f"{f}: measured on {key} {m[key]!r}, the other files on {out[key]!r}; "

@@ -53,7 +53,7 @@ def build(cfg: dict):
         num_query_groups=m.get("num_query_groups"), ffn_hidden_size=m["ffn_hidden_size"],
         normalization=m.get("normalization", "LayerNorm"), add_bias_linear=m.get("add_bias_linear", False),
         hidden_dropout=0.0, attention_dropout=0.0, bf16=True, params_dtype=torch.bfloat16,
-        pipeline_dtype=torch.bfloat16, gradient_accumulation_fusion=False, masked_softmax_fusion=False,
+        pipeline_dtype=torch.bfloat16, gradient_accumulation_fusion=fused, masked_softmax_fusion=False,
         apply_rope_fusion=False, persist_layer_norm=False, init_method_std=0.02,
         bias_activation_fusion=fused and m.get("add_bias_linear", False), bias_dropout_fusion=fused,
         cross_entropy_loss_fusion=fused, cross_entropy_fusion_impl="native",
@@ -61,9 +61,10 @@ def build(cfg: dict):
         kv_channels=m.get("kv_channels"), **recompute, **moe)
     layer = get_gpt_layer_local_spec(num_experts=m.get("num_experts"), moe_grouped_gemm=False,
                                      normalization=config.normalization)
-    if fused:  # the kit's compiled rotary embedding, as the kit's worker uses on GPU
-        from helpers.runtime.layers import rotary
+    if fused:  # the kit's compiled rotary and its weight-gradient accumulation, as the kit's worker uses on GPU
+        from helpers.runtime.layers import rotary, wgrad_accumulation
         rotary.install()
+        wgrad_accumulation.install()
     if cfg["attention"] == "sdpa":
         from helpers.runtime.layers.attention.core import SDPACoreAttention
         layer.submodules.self_attention.submodules.core_attention = SDPACoreAttention

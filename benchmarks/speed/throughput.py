@@ -9,12 +9,15 @@ papers do (helpers/job/flops.py; the formula is printed) over the device's dense
     python -m benchmarks.speed.throughput --out DIR [--sizes gpt-125m,gpt-1.4b,gpt-7b-l6,moe]
         [--attention sdpa,megatron_local] [--iters 8] [--no-extras]
 
-The kit's job runs with every instrument on (instruments="on": comm log, timeline, router log; on a
-GPU the default is off), the question being what the whole worker costs.
-`--kit-extras SIZES`: the kit's job of those sizes again with instruments="off" and once under
+The kit's job runs with the job's default settings (`--instruments auto`: off on a GPU); `--instruments
+on` asks what the whole worker costs with every instrument (comm log, timeline, router log).
+`--repeats N` runs the kit and the bare loop N times each, alternating (kit, bare, kit, bare, ...), so
+that a host or clock that drifts during the call moves both; the table gives the medians over the
+repeats and the median of the N paired kit/bare ratios (OUT/results.json keeps every run).
+`--kit-extras SIZES`: the kit's job of those sizes again with instruments="on" and once under
 torch.profiler (torch_profile: its last two steps, OUT/profile_kit_SIZE.txt).
 The last two steps of the bare 1.4B run with SDPA are profiled with torch.profiler
-(OUT/profile_after.txt). Extras (1.4B): the kit without instruments (instruments="off"), the bare
+(OUT/profile_after.txt). Extras (1.4B): the kit with every instrument (instruments="on"), the bare
 loop without the GPU fusions (compiled rotary, bias/dropout/cross-entropy fusions, fused Adam), and
 with Megatron's local attention and no fusions (profiled: OUT/profile_before.txt).
 """
@@ -61,7 +64,7 @@ def run_kit(size: str, attention: str, iters: int, out: Path, **job) -> dict:
     run = launch.run(**{**dict(model=name, model_overrides=dict(fields, vocab_size=VOCAB, max_seq_len=seq),
                                seq_len=seq, micro_batch=mb, global_batch=gbs, iters=iters, lr=3e-4, device="cuda",
                                attention=attention, seed_checkpoint=False, out=str(out / "runs"), progress=False,
-                               timeout_s=500, instruments="on", env={"NCCL_NVLS_ENABLE": "0"}), **job})
+                               timeout_s=500, env={"NCCL_NVLS_ENABLE": "0"}), **job})
     steps = [m["step_time_s"] for m in run.metrics]
     step = statistics.median(steps[WARMUP:] or steps)
     peaks_file = run.path / "device_memory.json"
@@ -100,11 +103,30 @@ def attempt(results: dict, key: str, fn, *args, **kwargs) -> None:
         print(f"{key}: FAILED {str(e)[-1500:]}", flush=True)
 
 
+def paired(results: dict, key: str, repeats: int) -> dict:
+    """The medians over the repeats `key#1..N` of one loop (an error if any failed)."""
+    runs = [results.get(f"{key}#{r + 1}", {}) for r in range(repeats)]
+    if any("error" in run or not run for run in runs):
+        return {"error": "a repeat failed: see " + ", ".join(f"{key}#{r + 1}" for r in range(repeats))}
+    step = statistics.median(run["step_time_s"] for run in runs)
+    return {"step_time_s": step, "tokens_per_s": statistics.median(run["tokens_per_s"] for run in runs),
+            "max_allocated_bytes": max(run["max_allocated_bytes"] for run in runs), "repeats": repeats}
+
+
+def paired_ratio(results: dict, size_attention: str, repeats: int) -> float | None:
+    """The median of the repeats' kit/bare ratios, each kit run with the bare run right after it."""
+    ratios = [results[f"kit/{size_attention}#{r + 1}"]["tokens_per_s"] /
+              results[f"bare/{size_attention}#{r + 1}"]["tokens_per_s"] for r in range(repeats)
+              if "tokens_per_s" in results.get(f"kit/{size_attention}#{r + 1}", {})
+              and "tokens_per_s" in results.get(f"bare/{size_attention}#{r + 1}", {})]
+    return statistics.median(ratios) if ratios else None
+
+
 def table(results: dict, peak: float) -> str:
     lines = ["| model | attention | kit tokens/s | bare tokens/s | kit/bare | kit step s | bare step s | kit MFU "
              "| bare MFU | kit peak GiB | bare peak GiB |", "|---" * 11 + "|"]
     for key, r in results.items():
-        if not key.startswith("kit/"):
+        if not key.startswith("kit/") or "#" in key:
             continue
         _, size, attention = key.split("/")
         b = results.get(f"bare/{size}/{attention}", {})
@@ -113,7 +135,7 @@ def table(results: dict, peak: float) -> str:
                          f"{'failed' if 'error' in b else ''} | | | | | | | |")
             continue
         lines.append(f"| {size} | {attention} | {r['tokens_per_s']:,.0f} | {b['tokens_per_s']:,.0f} | "
-                     f"{r['tokens_per_s'] / b['tokens_per_s']:.3f} | {r['step_time_s']:.3f} | {b['step_time_s']:.3f} | "
+                     f"{r.get('paired_ratio') or r['tokens_per_s'] / b['tokens_per_s']:.3f} | {r['step_time_s']:.3f} | {b['step_time_s']:.3f} | "
                      f"{mfu(r['tokens_per_s'], model_of(size), SIZES[size][2], peak):.1%} | "
                      f"{mfu(b['tokens_per_s'], model_of(size), SIZES[size][2], peak):.1%} | "
                      f"{r['max_allocated_bytes'] / 2**30:.1f} | {b['max_allocated_bytes'] / 2**30:.1f} |")
@@ -142,7 +164,10 @@ def main():
     ap.add_argument("--attention", default="sdpa,megatron_local")
     ap.add_argument("--iters", type=int, default=8)
     ap.add_argument("--no-extras", action="store_true")
-    ap.add_argument("--kit-extras", default="", help="sizes whose kit job also runs with instruments='off' and "
+    ap.add_argument("--instruments", default="auto", choices=("auto", "on", "off"),
+                    help="the kit job's JobSpec.instruments (auto: the default, off on a GPU)")
+    ap.add_argument("--repeats", type=int, default=1, help="kit and bare runs per size, alternating")
+    ap.add_argument("--kit-extras", default="", help="sizes whose kit job also runs with instruments='on' and "
                     "under torch.profiler (OUT/profile_kit_SIZE.txt)")
     ap.add_argument("--peak-tflops", type=float, default=None, help="dense bf16 peak; default from the GPU name")
     args = ap.parse_args()
@@ -164,19 +189,30 @@ def main():
 
     for size in args.sizes.split(","):
         for attention in args.attention.split(","):
-            attempt(results, f"kit/{size}/{attention}", run_kit, size, attention, args.iters, args.out)
-            profile = args.out / "profile_after.txt" if size == "gpt-1.4b" and attention == "sdpa" else None
-            attempt(results, f"bare/{size}/{attention}", run_bare, size, attention, args.iters, profile=profile)
-            save()
+            for r in range(args.repeats):
+                tag = f"#{r + 1}" if args.repeats > 1 else ""
+                attempt(results, f"kit/{size}/{attention}{tag}", run_kit, size, attention, args.iters, args.out,
+                        instruments=args.instruments)
+                profile = (args.out / "profile_after.txt" if size == "gpt-1.4b" and attention == "sdpa" and r == 0
+                           else None)
+                attempt(results, f"bare/{size}/{attention}{tag}", run_bare, size, attention, args.iters,
+                        profile=profile)
+                save()
+            if args.repeats > 1:
+                results[f"kit/{size}/{attention}"] = paired(results, f"kit/{size}/{attention}", args.repeats)
+                results[f"bare/{size}/{attention}"] = paired(results, f"bare/{size}/{attention}", args.repeats)
+                results[f"kit/{size}/{attention}"]["paired_ratio"] = paired_ratio(
+                    results, f"{size}/{attention}", args.repeats)
+                save()
         if size in args.kit_extras.split(","):
-            attempt(results, f"kit-extra/{size}/sdpa, instruments=off", run_kit, size, "sdpa", args.iters,
-                    args.out, instruments="off")
+            attempt(results, f"kit-extra/{size}/sdpa, instruments=on", run_kit, size, "sdpa", args.iters,
+                    args.out, instruments="on")
             attempt(results, f"kit-extra/{size}/sdpa, under torch.profiler", run_kit, size, "sdpa", args.iters,
                     args.out, torch_profile=str(args.out / f"profile_kit_{size}.txt"))
             save()
         if size == "gpt-1.4b" and not args.no_extras:
-            attempt(results, f"kit-extra/{size}/sdpa, instruments=off", run_kit, size, "sdpa", args.iters,
-                    args.out, instruments="off")
+            attempt(results, f"kit-extra/{size}/sdpa, instruments=on", run_kit, size, "sdpa", args.iters,
+                    args.out, instruments="on")
             attempt(results, f"bare-extra/{size}/sdpa, no fusions, foreach Adam", run_bare, size, "sdpa",
                     args.iters, fusions=False)
             attempt(results, f"bare-extra/{size}/megatron_local, no fusions, foreach Adam (before)", run_bare,

@@ -7,8 +7,10 @@ enumerate). Three presets:
   overlapped with the weight-gradient GEMM, gradients reduced in fp32 and overlapped with the
   backward, the distributed optimizer's parameter all-gather overlapped with the next forward,
   weight gradients accumulated into the fp32 buffer by the GEMM itself;
-* KIT_LOCAL: the kit's own worker (helpers/runtime/build.py): the same, but no gradient-reduction
-  overlap and no fused gradient accumulation (the local backend has neither);
+* KIT_LOCAL: the kit's own worker on GPUs (helpers/runtime/build.py): the same terms. It overlaps
+  the gradient reduction and the parameter all-gather (JobSpec's overlap_* auto), and its GEMMs
+  accumulate the weight gradients (runtime/layers/wgrad_accumulation.py); the Transformer Engine
+  kernels it runs without are no term of the model;
 * MEGATRON_DEEPSPEED: Megatron-DeepSpeed as vTrain measured it (benchmarks/advisor/vtrain_check.py):
   fp16, the attention's s x s scores materialised with softmax and dropout, gradients all-reduced
   in fp16 after the backward, nothing overlapped but the input-gradient all-reduce."""
@@ -39,8 +41,7 @@ class Execution:
 
 
 MEGATRON_CORE = Execution("Megatron-Core with Transformer Engine")
-KIT_LOCAL = Execution("the kit's local backend", overlap_grad_reduce=False, overlap_param_gather=False,
-                      grad_accumulation_fused=False)
+KIT_LOCAL = Execution("the kit's local backend")
 MEGATRON_DEEPSPEED = Execution("Megatron-DeepSpeed (vTrain's measurements)", attention="materialised",
                                attention_dropout=True, overlap_grad_reduce=False, overlap_param_gather=False,
                                grad_reduce_bytes=2)

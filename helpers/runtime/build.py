@@ -51,8 +51,11 @@ def job_fields(spec: JobSpec, on_cpu: bool, bf16: bool) -> dict:
         # Fusions that need apex or TE kernels stay off. On GPU the kit takes the ones Megatron
         # writes in torch and compiles (megatron/core/fusions, jit_fuser = torch.compile):
         # bias+dropout+add and the vocab-parallel cross-entropy (bias+GeLU: transformer_config,
-        # it depends on the model). CPU keeps the plain paths (cpu_compat imports Megatron without compile).
-        gradient_accumulation_fusion=False,
+        # it depends on the model), and the weight-gradient accumulation into fp32 main_grad,
+        # whose apex kernels the kit substitutes (layers/wgrad_accumulation.py; not with the kit's
+        # FP8 linears, which compute their own weight gradients). CPU keeps the plain paths
+        # (cpu_compat imports Megatron without compile).
+        gradient_accumulation_fusion=not on_cpu and local_fp8_recipe(spec) is None,
         bias_activation_fusion=False,
         bias_dropout_fusion=not on_cpu,
         cross_entropy_loss_fusion=not on_cpu,
@@ -145,6 +148,9 @@ def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
     if not config.use_cpu_initialization and not te:  # on GPU: rotary compiled (the TE fusion's stand-in)
         from helpers.runtime.layers import rotary
         rotary.install()
+    if config.gradient_accumulation_fusion:  # apex's weight-gradient kernels, substituted (also under TE: the output layer)
+        from helpers.runtime.layers import wgrad_accumulation
+        wgrad_accumulation.install()
     if getattr(config, "hybrid_layer_pattern", None):  # an imported Nemotron-H: Megatron's HybridModel
         return [hybrid_model(config, model, spec)]
     chunks = []

@@ -17,7 +17,7 @@ PREDICTED = {(1, "none"): (4.0, 20.0, True), (2, "none"): (3.0, 30.0, True), (4,
              (8, "none"): (1.0, 90.0, True), (16, "none"): (0.5, 170.0, False)}
 
 
-def fake_predictions(name):
+def fake_predictions(name, fused_accumulation=True):
     return {key: SimpleNamespace(step=SimpleNamespace(step_s=s), memory_gib=gib, fits=fits)
             for key, (s, gib, fits) in PREDICTED.items()}
 

@@ -6,4 +6,5 @@ the local backend lacks (each file's docstring names what it replaces and what T
   mla.py            multi-latent attention on the local backend (TE's fused norm+linear; a TP fix)
   fp8_linear.py     Megatron's linears with FP8 GEMMs on torch._scaled_mm (TE's FP8 linears)
   rotary.py         rotary embedding fused on GPU (TE's rope fusion); rotary_triton.py its kernel
+  wgrad_accumulation.py  weight gradients summed into fp32 main_grad by their GEMM on GPU (apex's kernels)
   mamba/            Mamba-2 hybrids without mamba_ssm (the kernels' torch equivalents)"""

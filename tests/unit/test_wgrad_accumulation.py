@@ -1,0 +1,75 @@
+"""The kit's stand-in for apex's weight-gradient accumulation (helpers/runtime/layers/wgrad_accumulation.py):
+which jobs turn Megatron's `gradient_accumulation_fusion` on, and that Megatron's own linear, once
+the stand-in is installed, sums each backward's weight gradient into `main_grad` through it and
+hands DDP no gradient to add again. Its CUDA kernel (torch's addmm with an fp32 out_dtype, CUDA
+only) is checked against an fp64 reference on a GPU by benchmarks/speed/wgrad_accumulation.py
+(docs/results/gpu_profile.md); here, on the CPU, the same call made in fp32 stands in for it."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import textwrap
+
+from helpers.job.spec import JobSpec
+
+SCRIPT = """
+import json, torch
+from megatron.core.tensor_parallel import layers
+from megatron.core.tensor_parallel.layers import ColumnParallelLinear
+from megatron.core.transformer import TransformerConfig
+from helpers.runtime.layers import wgrad_accumulation
+
+def config(fused):
+    return TransformerConfig(num_layers=1, hidden_size=32, num_attention_heads=4, use_cpu_initialization=True,
+                             gradient_accumulation_fusion=fused)
+
+try:
+    ColumnParallelLinear(32, 48, config=config(True), init_method=torch.nn.init.xavier_normal_, bias=False)
+    refused = None
+except RuntimeError as e:
+    refused = str(e)
+wgrad_accumulation.install()
+calls = []
+real = wgrad_accumulation.wgrad_gemm_accum_fp32
+def on_cpu(total_input, grad_output, main_grad):  # addmm's out_dtype form is CUDA-only: the same sum in fp32
+    calls.append((tuple(total_input.shape), tuple(grad_output.shape), tuple(main_grad.shape)))
+    main_grad.addmm_(grad_output.t(), total_input)
+wgrad_accumulation.wgrad_gemm_accum_fp32 = on_cpu
+try:
+    torch.manual_seed(0)
+    fused = ColumnParallelLinear(32, 48, config=config(True), init_method=torch.nn.init.xavier_normal_, bias=False)
+    plain = ColumnParallelLinear(32, 48, config=config(False), init_method=torch.nn.init.xavier_normal_, bias=False)
+    with torch.no_grad():
+        plain.weight.copy_(fused.weight)
+    fused.weight.main_grad = torch.zeros(48, 32)  # as Megatron's DDP gives every parameter
+    fused.weight.grad_added_to_main_grad = False
+    for step in range(2):  # two microbatches: accumulated, not overwritten
+        x = torch.randn(5, 3, 32)
+        fused(x)[0].square().sum().backward()
+        plain(x)[0].square().sum().backward()
+    rel = float((fused.weight.main_grad - plain.weight.grad).abs().max() / plain.weight.grad.abs().max())
+    print(json.dumps({"refused_before_install": refused, "calls": calls, "rel": rel,
+                      "flag": fused.weight.grad_added_to_main_grad}))
+finally:
+    wgrad_accumulation.wgrad_gemm_accum_fp32 = real
+"""
+
+
+def test_megatrons_linear_accumulates_main_grad_through_the_stand_in(megatron_cpu):
+    got = json.loads(megatron_cpu(textwrap.dedent(SCRIPT)).strip().splitlines()[-1])
+    assert "fused_weight_gradient_mlp_cuda" in got["refused_before_install"]  # what the stand-in replaces
+    assert got["calls"] == [[[15, 32], [15, 48], [48, 32]]] * 2  # one GEMM per backward, tokens flattened
+    assert got["rel"] <= 1e-6, got  # fp32 both ways: the same sum in another order
+    assert got["flag"] is True  # Megatron told DDP the gradient is in main_grad already
+
+
+def test_gpu_jobs_take_the_fusion_cpu_and_the_kits_fp8_linears_do_not():
+    from helpers.runtime import build
+
+    gpu = JobSpec(device="cuda", precision="bf16")
+    assert build.job_fields(gpu, on_cpu=False, bf16=True)["gradient_accumulation_fusion"] is True
+    assert build.job_fields(gpu, on_cpu=True, bf16=True)["gradient_accumulation_fusion"] is False
+    fp8 = dataclasses.replace(gpu, precision="fp8", backend="local")
+    assert build.job_fields(fp8, on_cpu=False, bf16=True)["gradient_accumulation_fusion"] is False
+    te = dataclasses.replace(fp8, backend="te")  # TE's linears accumulate into main_grad themselves
+    assert build.job_fields(te, on_cpu=False, bf16=True)["gradient_accumulation_fusion"] is True
