@@ -56,8 +56,7 @@ def simulate(spec: JobSpec | None = None, nnodes: int = 2, node_dirs: list | Non
     for i in range(nnodes):
         env = {**base_env, "KIT_NODE_DIR": str(node_dirs[i]), "KIT_NODE_NAME": f"node{i}",
                **{k: str(v) for k, v in ((node_env or [{}] * nnodes)[i]).items()}}
-        cmd = torchrun.command(run_dir, spec.world_size // nnodes, nnodes, endpoint,
-                               preload=torchrun.rank_preload(spec))
+        cmd = torchrun.command(run_dir, spec, nnodes=nnodes, endpoint=endpoint)
         procs.append(torchrun.start(cmd, env, run_dir / names.node_torchrun_log(i)))
     torchrun.watch(procs, RunDir(run_dir), spec.timeout_s, f"{nnodes}-node job", progress=progress,
                    on_exit=lambda: _merge_logs(run_dir, nnodes), stall_timeout_s=spec.stall_timeout_s)

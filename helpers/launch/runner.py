@@ -86,7 +86,7 @@ def write_manifest(run_dir: Path, resolved: rules.Resolved, data_record: dict | 
         "hf_model": resolved.hf.record() if resolved.hf else None,
         "versions": environment.versions(),
         "git_revision": git_revision(),
-        "command": torchrun.command(run_dir, spec.world_size, preload=torchrun.rank_preload(spec)),
+        "command": torchrun.command(run_dir, spec),
         "repeat": f"python -m helpers --from-manifest {run_dir / names.MANIFEST}",
         "created": datetime.now().isoformat(timespec="seconds"),
     }, indent=2))
@@ -137,7 +137,7 @@ def prepare(spec: JobSpec, seed_path: str | None = None) -> tuple[JobSpec, Path]
 def execute(run_dir: Path, spec: JobSpec, extra: list[str] = (), progress: bool = False) -> RunDir:
     """torchrun on this machine for a prepared run directory; returns its RunDir or raises."""
     run = RunDir(run_dir)
-    cmd = torchrun.command(run_dir, spec.world_size, extra=list(extra), preload=torchrun.rank_preload(spec))
+    cmd = torchrun.command(run_dir, spec, extra=list(extra))
     proc = torchrun.start(cmd, torchrun.environment(spec), run_dir / names.TORCHRUN_LOG)
     torchrun.watch([proc], run, spec.timeout_s, "job", progress=progress, stall_timeout_s=spec.stall_timeout_s)
     return run

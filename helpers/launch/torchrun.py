@@ -43,16 +43,19 @@ def rank_preload(spec: JobSpec) -> list[str]:
     return [RANK_IMPORTS] + ([HF_RANK_IMPORTS] if spec.hf_model else [])
 
 
-def command(run_dir: Path, nproc_per_node: int, nnodes: int = 1, endpoint: str | None = None,
-            extra: list[str] = (), preload: list[str] = ()) -> list[str]:
-    """torchrun for one node: standalone on a single node, else an elastic agent joining a c10d
-    rendezvous of `nnodes` agents at `endpoint` (id = the run directory's name). It runs as
-    `helpers.launch.torchrun_main`: torchrun's own main() without the interpreter's teardown.
+def command(run_dir: Path, spec: JobSpec, nproc_per_node: int | None = None, nnodes: int = 1,
+            endpoint: str | None = None, extra: list[str] = ()) -> list[str]:
+    """torchrun for one node of `spec`'s job (`nproc_per_node`: its world size over `nnodes` unless
+    given): standalone on a single node, else an elastic agent joining a c10d rendezvous of `nnodes`
+    agents at `endpoint` (id = the run directory's name). It runs as `helpers.launch.torchrun_main`:
+    torchrun's own main() without the interpreter's teardown.
 
-    How the ranks start: one interpreter each (`-m helpers.runtime.train`), as Megatron-LM runs;
-    or, given modules to `preload` (`rank_preload(spec)`), with torchrun's own `--start-method
+    How the ranks start (`rank_preload(spec)`): one interpreter each (`-m helpers.runtime.train`),
+    as Megatron-LM runs; or, given modules to preload, with torchrun's own `--start-method
     forkserver --run-path`: torch's agent forks each rank from one server process that imported
     those modules once for the job, which saves ~2.5 s of CPU per rank on a small machine."""
+    nproc_per_node = nproc_per_node or spec.world_size // nnodes
+    preload = rank_preload(spec)
     if nnodes == 1 and endpoint is None:
         where = ["--standalone", "--nnodes", "1"]
     else:
@@ -280,7 +283,7 @@ def main(argv=None) -> None:
         sys.exit(f"error: {spec_path} not found: prepare the run directory on a file system every node "
                  f"mounts first (python -m helpers.launch.multinode prepare ...)")
     spec = JobSpec.read(spec_path)
-    cmd = command(a.run_dir, a.nproc_per_node, a.nnodes, a.endpoint, preload=rank_preload(spec))
+    cmd = command(a.run_dir, spec, a.nproc_per_node, a.nnodes, a.endpoint)
     os.chdir(paths.REPO_ROOT)
     os.execvpe(cmd[0], cmd, environment(spec))
 

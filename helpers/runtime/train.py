@@ -148,12 +148,7 @@ def main() -> None:
     spec = JobSpec.read(args.run_dir / names.SPEC)
     beat = writer.Heartbeat(args.run_dir, rank)
     try:
-        with import_phase.without_gc():  # the heavy imports every rank makes: collector paused, then frozen
-            if spec.device == "cpu":
-                from helpers.runtime.compat import cpu as cpu_compat
-                cpu_compat.import_megatron_eagerly()
-            import megatron.core  # noqa: F401  (on GPU with torch.compile, as Megatron-Core binds it)
-            import torch._dynamo  # noqa: F401  (torch.optim imports it when the first optimizer is built)
+        import_megatron(spec.device)
         run(Worker(spec, args.run_dir, rank, beat), args.seed_checkpoint_out)
     except BaseException as exc:
         from helpers.runtime.measure.comm_log import in_flight
@@ -164,6 +159,19 @@ def main() -> None:
     import torch.distributed as dist
     dist.destroy_process_group()
     exit_without_teardown()
+
+
+def import_megatron(device: str) -> None:
+    """The heavy imports every rank makes, with the collector paused and their objects then frozen:
+    Megatron-Core (on CPU without torch.compile, compat/cpu.py; on GPU with it, as Megatron-Core
+    binds it) and torch._dynamo, which torch.optim imports when the first optimizer is built. A
+    forked CPU rank finds them made already (compat/cpu_rank_imports.py)."""
+    with import_phase.without_gc():
+        if device == "cpu":
+            from helpers.runtime.compat import cpu as cpu_compat
+            cpu_compat.import_megatron_eagerly()
+        import megatron.core  # noqa: F401
+        import torch._dynamo  # noqa: F401
 
 
 def exit_without_teardown() -> None:

@@ -13,15 +13,13 @@ from __future__ import annotations
 from helpers.job import import_phase
 
 with import_phase.without_gc():  # the collector paused, then everything frozen (job/import_phase.py)
-    from helpers.runtime.compat import cpu as cpu_compat
+    from helpers.runtime import train
 
-    cpu_compat.import_megatron_eagerly()
-    import megatron.core  # noqa: F401
-    import torch._dynamo  # noqa: F401  (torch.optim imports it when the first optimizer is built)
+    train.import_megatron("cpu")  # what each rank's train.main imports first
     import torch.distributed  # noqa: F401
 
-    # the worker and what its loop imports on first use
-    from helpers.runtime import build, evaluation, preflight, setup, step, train  # noqa: F401
+    # what the worker's loop imports on first use
+    from helpers.runtime import build, evaluation, preflight, setup, step  # noqa: F401
     from helpers.runtime.checkpoint import io, policy  # noqa: F401
     from helpers.runtime.data import batches  # noqa: F401
     from helpers.runtime.measure import faults, gather, observer  # noqa: F401
