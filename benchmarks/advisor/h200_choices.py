@@ -211,7 +211,10 @@ def differences(r: dict) -> str:
 def markdown(measured: dict, result: dict, source: str) -> str:
     lines = ["# The advisor's single-GPU choices on one H200", "",
              "On one GPU the advisor chooses the micro batch and activation recompute (the distributed optimizer off). "
-             "Its predictions (`Execution.KIT_LOCAL`, local layer spec) against the bare Megatron-Core loop's "
+             "Its predictions (`Execution.KIT_LOCAL`, local layer spec; weight gradients "
+             + ("accumulated by their GEMM" if measured.get("gradient_accumulation_fusion") else
+                "added into main_grad after their GEMM") +
+             ", as the measured loop did) against the bare Megatron-Core loop's "
              "measured median step and reserved peak, each choice in its own process "
              "(`benchmarks/advisor/h200_choices.py`).", "",
              "The advisor's step is a roofline of GPU work: GEMMs at the rates measured for their size (small "

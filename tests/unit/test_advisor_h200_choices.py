@@ -114,6 +114,16 @@ def test_files_of_two_gpus_are_refused(tmp_path):
         h200_choices.merged([a, b])
 
 
+def test_files_of_two_executions_are_refused(tmp_path):
+    """A file --measure writes now (weight gradients accumulated by the GEMM) and one from before
+    (without the field: added after it) are predicted differently, so they are not merged."""
+    a = write(tmp_path, "a.json", measurement({"gpt-1.4b": ONE_SWAP}))
+    b = write(tmp_path, "b.json", dict(measurement({"llama3-8b-l16": [row(1, 3.0, 90.0)]}),
+                                       gradient_accumulation_fusion=True))
+    with pytest.raises(SystemExit, match=r"b.json: measured with gradient_accumulation_fusion True.*one execution"):
+        h200_choices.merged([a, b])
+
+
 def test_a_model_in_two_files_is_refused(tmp_path):
     a = write(tmp_path, "a.json", measurement({"gpt-1.4b": ONE_SWAP}))
     b = write(tmp_path, "b.json", measurement({"gpt-1.4b": ONE_SWAP}))

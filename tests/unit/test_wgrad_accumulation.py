@@ -63,6 +63,54 @@ def test_megatrons_linear_accumulates_main_grad_through_the_stand_in(megatron_cp
     assert got["flag"] is True  # Megatron told DDP the gradient is in main_grad already
 
 
+TIED = """
+import json, torch
+from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+from megatron.core.models.gpt import GPTModel
+from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+from megatron.core.transformer import TransformerConfig
+from helpers.runtime.layers import wgrad_accumulation
+
+wgrad_accumulation.install()
+real = wgrad_accumulation.wgrad_gemm_accum_fp32
+def on_cpu(total_input, grad_output, main_grad):  # the same sum in fp32 (addmm's out_dtype form is CUDA-only)
+    main_grad.addmm_(grad_output.t(), total_input)
+wgrad_accumulation.wgrad_gemm_accum_fp32 = on_cpu
+try:
+    def model(fused):
+        torch.manual_seed(0)
+        config = TransformerConfig(num_layers=2, hidden_size=32, num_attention_heads=4, use_cpu_initialization=True,
+                                   hidden_dropout=0.0, attention_dropout=0.0, gradient_accumulation_fusion=fused)
+        gpt = GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=64,
+                       max_sequence_length=16, share_embeddings_and_output_weights=True)
+        return DistributedDataParallel(config, DistributedDataParallelConfig(grad_reduce_in_fp32=True), gpt)
+    grads = {}
+    for fused in (True, False):
+        ddp = model(fused)
+        ddp.zero_grad_buffer()
+        g = torch.Generator().manual_seed(1)
+        for _ in range(2):  # two microbatches
+            tokens = torch.randint(0, 64, (2, 16), generator=g)
+            positions = torch.arange(16).expand(2, 16)
+            ddp(tokens, positions, None, labels=torch.roll(tokens, -1, 1)).sum().backward()
+        grads[fused] = {n: p.main_grad.clone() for n, p in ddp.module.named_parameters()}
+    rel = {n: float((grads[True][n] - grads[False][n]).abs().max() / grads[False][n].abs().max()) for n in grads[False]}
+    print(json.dumps({"rel": rel}))
+finally:
+    wgrad_accumulation.wgrad_gemm_accum_fp32 = real
+"""
+
+
+def test_tied_embeddings_keep_both_gradients_through_ddp(megatron_cpu):
+    """A model whose output layer reuses the embedding (SmolLM2, Llama 3.2, Gemma): the output layer's
+    weight gradient goes into main_grad by the fused GEMM and the embedding's own arrives through DDP's
+    hook; Megatron's `zero_out_wgrad` keeps the placeholder from hiding the second. Every parameter's
+    main_grad after two microbatches equals the unfused model's."""
+    got = json.loads(megatron_cpu(textwrap.dedent(TIED)).strip().splitlines()[-1])["rel"]
+    assert "embedding.word_embeddings.weight" in got and "output_layer.weight" not in got  # one tensor, tied
+    assert max(got.values()) <= 1e-5, got  # fp32 both ways; the same sums in another order
+
+
 def test_gpu_jobs_take_the_fusion_cpu_and_the_kits_fp8_linears_do_not():
     from helpers.runtime import build
 
