@@ -9,4 +9,5 @@ import time):
   checkpoint_dir.py checkpoint folders on disk   paths.py          where the kit keeps things
   flops.py          training FLOPs per token     import_phase.py   heavy imports, collector paused
   faults.py         failures a job injects on purpose (JobSpec.faults): kinds and KIND@ITERATION[:rankN]
+  megatron_names.py each field's names in Megatron-Core, Megatron-LM and Megatron-Bridge, conversions both ways
 (import_phase is here, where both sides may import it: the ranks' and torchrun's imports.)"""

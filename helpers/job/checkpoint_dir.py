@@ -36,7 +36,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from helpers.errors import CheckpointError
-from helpers.job import paths
+from helpers.job import megatron_names, paths
 from helpers.job.paths import sha256
 
 TRACKER = "latest_checkpointed_iteration.txt"  # Megatron-LM's: the iteration number (or "release")
@@ -148,7 +148,7 @@ def verify(path, model: dict | None = None, hashes: bool = True) -> dict:
         raise CheckpointError(f"checkpoint {ckpt} does not exist. Fix: point load_dir at an existing iter_* "
                               f"checkpoint or at a checkpoints/ folder with `{TRACKER}`.")
     if not (ckpt / KIT_FILE).is_file():
-        if (ckpt / RUN_CONFIG).is_file() or latest(ckpt.parent) == ckpt:
+        if (ckpt / RUN_CONFIG).is_file() or latest(ckpt.parent) == ckpt or _megatron_root(ckpt.parent):
             return _verify_theirs(ckpt, model, hashes, fix_partial)
         raise CheckpointError(f"checkpoint {ckpt} is partial: no {KIT_FILE}, which the kit writes only after "
                               f"every rank finished saving (the save was interrupted). {fix_partial}", "partial")
@@ -191,6 +191,13 @@ def verify(path, model: dict | None = None, hashes: bool = True) -> dict:
                 f"({model.get('name')}): {'; '.join(diff)}. Fix: use the same model preset and "
                 f"model_overrides as the run that saved it, or start without load_dir.", "model")
     return {**info, "path": str(ckpt)}
+
+
+def _megatron_root(root: Path) -> bool:
+    """A folder Megatron-LM saves into: its tracker names a checkpoint, and none of its checkpoints
+    holds the kit's record. (In the kit's own folders a checkpoint without the record is one whose
+    save was interrupted.)"""
+    return latest(root) is not None and not any((d / KIT_FILE).is_file() for d in root.glob("iter_*"))
 
 
 def _all_present(ckpt: Path, files: dict, fix_partial: str) -> None:
@@ -264,8 +271,7 @@ def _verify_theirs(ckpt: Path, model: dict | None, hashes: bool, fix_partial: st
                               f"{fix_partial}", "corrupt") from None
     info.update(written_by="Megatron-Bridge", optimizer=("distributed" if distributed else "local")
                 if saving.get("save_optim", True) else None,
-                saved_layout={k: provider.get(k) for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
-                                                           "context_parallel_size", "expert_model_parallel_size")})
+                saved_layout={k: provider.get(k) for k in map(megatron_names.core_name, ("tp", "pp", "cp", "ep"))})
     if model is not None:
         diff = provider_mismatch(provider, model)
         if diff:

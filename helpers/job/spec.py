@@ -26,6 +26,12 @@ TENSORBOARD = ("auto", "on", "off")
 FP8_LINEARS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")  # the linears precision='fp8' swaps
 INSTRUMENTS = ("auto", "on", "off")
 PROFILE_MODES = ("full", "device")  # helpers/runtime/measure/torch_profile.py
+# Activation recompute, with Megatron-Core 0.19.2's TransformerConfig names and values
+RECOMPUTE_GRANULARITIES = ("full", "selective")
+RECOMPUTE_METHODS = ("uniform", "block")
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts",
+                     "gdn_norm_out")  # what TransformerConfig.__post_init__ accepts
+RECOMPUTE_MODULES_DEFAULT = ("core_attn",)  # what TransformerConfig.__post_init__ puts in place of None
 
 
 @dataclass(frozen=True)
@@ -74,6 +80,20 @@ class JobSpec(ParallelSizes):
                           "form when cp > 1 (helpers/runtime/layers/attention/); megatron_local = Megatron's "
                           "local DotProductAttention (materialises every score matrix; no CP, no MLA)",
                           choices=ATTENTION_KINDS)
+    # ---- activation recompute, with Megatron-Core's TransformerConfig names and defaults
+    recompute_granularity: str | None = knob(None, "activation recompute: none = every activation kept for the "
+                                             "backward; full = only each recomputed unit's input kept, its layers "
+                                             "run forward again in the backward; selective = only "
+                                             "recompute_modules' outputs recomputed", choices=RECOMPUTE_GRANULARITIES)
+    recompute_method: str | None = knob(None, "with full: uniform = every model chunk's layers in units of "
+                                        "recompute_num_layers, each recomputed from its input; block = the first "
+                                        "recompute_num_layers layers of every model chunk recomputed, the rest "
+                                        "kept", choices=RECOMPUTE_METHODS)
+    recompute_num_layers: int | None = knob(None, "with full: layers per recomputed unit (uniform) or layers "
+                                            "recomputed per model chunk (block); at least 1")
+    recompute_modules: list | None = knob(None, "with selective: the parts recomputed, of "
+                                          + ", ".join(RECOMPUTE_MODULES) + "; none = Megatron's "
+                                          + ", ".join(RECOMPUTE_MODULES_DEFAULT), metavar="MODULE")
     # ---- data (helpers/job/data/; worker side helpers/runtime/data/)
     data: str = knob("synthetic", "what to train on: synthetic tokens; wikitext (WikiText-2, continued pretraining); "
                      "sft (the kit's generated prompt/response set, or data_dir's); or a path: a folder of .txt "
@@ -188,10 +208,15 @@ class JobSpec(ParallelSizes):
             return hf_model.describe(self.hf_model)
         return models.preset(self.model).with_(**self.model_overrides)
 
+    def load_dirs(self) -> list[str]:
+        """load_dir as a list, as written ($VARS kept: a command written for another node)."""
+        if isinstance(self.load_dir, list):
+            return list(self.load_dir)
+        return [self.load_dir] if self.load_dir else []
+
     def load_paths(self) -> list[Path]:
         """load_dir as a list of paths, $VARS expanded (on a worker: this node's values)."""
-        dirs = self.load_dir if isinstance(self.load_dir, list) else [self.load_dir] if self.load_dir else []
-        return [Path(os.path.expandvars(str(d))) for d in dirs]
+        return [Path(os.path.expandvars(str(d))) for d in self.load_dirs()]
 
     @classmethod
     def doc(cls, name: str) -> str:

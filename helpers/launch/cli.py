@@ -20,6 +20,8 @@ GROUPS = [  # help sections, by field
     ("model and training", ["model", "model_overrides", "hf_model", "export_hf", "iters", "micro_batch",
                             "global_batch", "seq_len", "lr", "lr_warmup_iters", "lr_decay", "lr_decay_iters",
                             "min_lr", "clip_grad", "seed", "moe_dispatcher", "backend", "attention"]),
+    ("activation recompute (Megatron-Core's TransformerConfig fields)",
+     ["recompute_granularity", "recompute_method", "recompute_num_layers", "recompute_modules"]),
     ("optimizer and data-parallel communication", ["weight_decay", "adam_beta1", "adam_beta2", "adam_eps",
                                                    "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size"]),
     ("data", ["data", "tokenizer", "data_dir", "data_column", "data_split", "eval_interval", "eval_iters"]),

@@ -10,8 +10,9 @@ run here, full size or shrunk.
     plan_text(spec, "h100-80gb")        # the full-size memory plan on a named GPU
 
 Both read into Megatron-Core's names (TransformerConfig, DDP and optimizer configs, the batch), the
-names megatron.json records: Megatron-LM's argument names come back through megatron_flags' own
-RENAMED table, and CORE maps each name to the JobSpec or ModelPreset field that build.py sets it from."""
+names megatron.json records; helpers/job/megatron_names.py turns Megatron-LM's argument names into
+them and each of them into the JobSpec or ModelPreset field (with its value conversion) that
+build.py sets it from."""
 from __future__ import annotations
 
 import dataclasses
@@ -22,38 +23,24 @@ import warnings
 from dataclasses import dataclass, field
 
 from helpers.errors import InvalidJob
-from helpers.job.spec import LR_DECAYS, JobSpec
+from helpers.job import megatron_names
+from helpers.job.spec import LR_DECAYS, RECOMPUTE_MODULES, RECOMPUTE_MODULES_DEFAULT, JobSpec
 
-# Megatron-Core's name -> JobSpec field (the inverse of runtime/build.py and megatron_calls' batch record).
-SPEC = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
-        "virtual_pipeline_model_parallel_size": "vpp", "context_parallel_size": "cp",
-        "expert_model_parallel_size": "ep", "expert_tensor_parallel_size": "etp", "sequence_parallel": "sp",
-        "num_layers_in_first_pipeline_stage": "first_stage_layers",
-        "num_layers_in_last_pipeline_stage": "last_stage_layers", "use_distributed_optimizer": "dist_opt",
-        "micro_batch_size": "micro_batch", "global_batch_size": "global_batch", "seq_length": "seq_len",
-        "train_iters": "iters", "lr": "lr", "min_lr": "min_lr", "lr_warmup_iters": "lr_warmup_iters",
-        "lr_decay_style": "lr_decay", "lr_decay_iters": "lr_decay_iters", "clip_grad": "clip_grad",
-        "weight_decay": "weight_decay", "adam_beta1": "adam_beta1", "adam_beta2": "adam_beta2",
-        "adam_eps": "adam_eps", "overlap_grad_reduce": "overlap_grad_reduce",
-        "overlap_param_gather": "overlap_param_gather", "bucket_size": "ddp_bucket_size", "seed": "seed",
-        "moe_token_dispatcher_type": "moe_dispatcher"}
-# Megatron-Core's name -> ModelPreset field (the inverse of build.transformer_config).
-MODEL = {"num_layers": "num_layers", "hidden_size": "hidden_size", "num_attention_heads": "num_attention_heads",
-         "ffn_hidden_size": "ffn_hidden_size", "kv_channels": "kv_channels", "num_moe_experts": "num_experts",
-         "moe_router_topk": "moe_router_topk", "moe_ffn_hidden_size": "moe_ffn_hidden_size",
-         "moe_shared_expert_intermediate_size": "moe_shared_expert_intermediate_size",
-         "normalization": "normalization", "qk_layernorm": "qk_layernorm", "add_bias_linear": "add_bias_linear",
-         "add_qkv_bias": "add_qkv_bias", "multi_latent_attention": "multi_latent_attention",
-         "q_lora_rank": "q_lora_rank", "kv_lora_rank": "kv_lora_rank", "qk_head_dim": "qk_head_dim",
-         "qk_pos_emb_head_dim": "qk_pos_emb_head_dim", "v_head_dim": "v_head_dim"}
+# The rows of helpers/job/megatron_names.py read back: Megatron-Core's name -> JobSpec / ModelPreset field.
+SPEC_ROWS = tuple(n for n in megatron_names.SPEC_NAMES if n.reads_back)
+MODEL_ROWS = tuple(n for n in megatron_names.MODEL_NAMES if n.reads_back)
+SPEC = {n.core: n.kit for n in SPEC_ROWS}
+MODEL = {n.core: n.kit for n in MODEL_ROWS}
 # Read below from a combination of values (or what the kit always builds), not one field each.
 COMBINED = {"num_query_groups", "group_query_attention", "gated_linear_unit", "activation_func", "swiglu",
             "squared_relu", "share_embeddings_and_output_weights", "untie_embeddings_and_output_weights",
             "max_position_embeddings", "vocab_size", "padded_vocab_size", "moe_layer_freq", "bf16", "fp16",
             "position_embedding_type", "hidden_dropout", "attention_dropout", "mock_data", "data_path",
-            "start_weight_decay", "end_weight_decay", "weight_decay_incr_style", "mixed_precision"}
+            "start_weight_decay", "end_weight_decay", "weight_decay_incr_style", "mixed_precision",
+            "recompute_activations"}
 KIT_BUILDS = {"position_embedding_type": "rope", "hidden_dropout": 0.0, "attention_dropout": 0.0}
-MLA_MODEL = {"q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim"}
+# Megatron-LM's MLA sizes have defaults (kv_lora_rank 32, ...) that a model without MLA must not take.
+MLA_MODEL = {n.core for n in MODEL_ROWS if n.model_kind == "mla"}
 
 
 @dataclass
@@ -94,11 +81,10 @@ def _read(values: dict, given: dict, source: str, label: str) -> Reading:
 
     v = values.get
     fields, model, changed = {}, {"name": label, "source": source}, []
-    for core, name in SPEC.items():
-        if v(core) is not None:
-            fields[name] = v(core)
-    for name in ("overlap_grad_reduce", "overlap_param_gather"):
-        fields[name] = "on" if v(name) else "off"
+    for n in SPEC_ROWS:
+        if v(n.core) is not None:
+            fields[n.kit] = n.kit_from(v(n.core))
+    _recompute(fields, v("recompute_activations"), changed)
     if fields.get("lr_decay") not in LR_DECAYS:
         changed.append(f"lr_decay_style {fields.pop('lr_decay', None)} -> {JobSpec.lr_decay} (the kit's: "
                        f"{', '.join(LR_DECAYS)})")
@@ -111,9 +97,9 @@ def _read(values: dict, given: dict, source: str, label: str) -> Reading:
         fields["data"] = v("data_path")[0]  # one indexed-dataset prefix
     elif v("data_path"):
         changed.append(f"data_path {v('data_path')} -> synthetic data (the kit reads one prefix)")
-    for core, name in MODEL.items():
-        if v(core) is not None and (core not in MLA_MODEL or v("multi_latent_attention")):
-            model[name] = v(core)
+    for n in MODEL_ROWS:
+        if v(n.core) is not None and (n.core not in MLA_MODEL or v("multi_latent_attention")):
+            model[n.kit] = n.kit_from(v(n.core))
     heads, hidden = v("num_attention_heads"), v("hidden_size")
     groups = v("num_query_groups") if v("group_query_attention", True) else None
     model["num_query_groups"] = groups if groups and heads and groups < heads else None
@@ -155,11 +141,42 @@ def _read(values: dict, given: dict, source: str, label: str) -> Reading:
                    machine={k: x for k, (core, x) in unused.items() if core in MACHINE}, changed=changed)
 
 
-def _core(name: str) -> str:
-    """Megatron-Core's name for a Megatron-LM argument or a Bridge config field (megatron_flags.RENAMED read backwards)."""
-    from helpers.rundir.megatron_flags import RENAMED
+def _recompute(fields: dict, recompute_activations: bool, changed: list) -> None:
+    """The recompute fields as Megatron acts on them: Megatron-LM's --recompute-activations is
+    selective recompute (its validate_args); without a granularity Megatron recomputes nothing, and
+    it reads the modules only for selective recompute (TransformerConfig fills in its default,
+    core_attn, either way). Modules the kit never builds are left out, and said so."""
+    if recompute_activations and fields.get("recompute_granularity") is None:
+        fields["recompute_granularity"] = "selective"
+    granularity, modules = fields.get("recompute_granularity"), fields.get("recompute_modules")
+    if modules is not None and list(modules) == list(RECOMPUTE_MODULES_DEFAULT):
+        fields.pop("recompute_modules")  # Megatron's default, as the kit's none says it
+    elif modules is not None and granularity != "selective":
+        changed.append(f"recompute_modules {modules} -> none (Megatron reads them only with selective recompute)")
+        fields.pop("recompute_modules")
+    if granularity is None:
+        for name in ("recompute_method", "recompute_num_layers"):
+            if fields.get(name) is not None:
+                changed.append(f"{name} {fields.pop(name)} -> none (without recompute_granularity Megatron "
+                               "recomputes nothing)")
+        return
+    if granularity != "selective" or fields.get("recompute_modules") is None:
+        return
+    given = list(fields["recompute_modules"])
+    kept = [m for m in given if m in RECOMPUTE_MODULES and m != "moe_act"]
+    dropped = [f"{m} ({'the kit builds no grouped-GEMM experts' if m == 'moe_act' else 'not in Megatron-Core 0.19.2'})"
+               for m in given if m not in kept]
+    if dropped:
+        changed.append(f"recompute_modules {given} -> {kept or 'no recompute'}: left out {', '.join(dropped)}")
+        fields["recompute_modules"] = kept
+        if not kept:
+            fields.pop("recompute_modules")
+            fields["recompute_granularity"] = None
 
-    return {lm: core for core, lm in RENAMED.items()}.get(name, name)
+
+def _core(name: str) -> str:
+    """Megatron-Core's name for a Megatron-LM argument or a Bridge config field (Bridge keeps Megatron-Core's)."""
+    return megatron_names.CORE_OF_LM.get(name, name)
 
 
 # ---- Megatron-LM's command line ---------------------------------------------------------------
@@ -302,8 +319,8 @@ def _up(value: int, multiple: int) -> int:
 
 def shrink(spec: JobSpec, hidden: int = 64, layers: int = 4, seq_len: int = 64, iters: int = 5,
            vocab: int = 512, schedule_of: JobSpec | None = None) -> tuple[JobSpec, list[str]]:
-    """The same layout (tp, pp, vpp, cp, ep, etp, sp, dist_opt, overlap) on CPU with the model narrow
-    and shallow enough to run there, every size still divisible as the layout needs, on the fewest
+    """The same layout (tp, pp, vpp, cp, ep, etp, sp, dist_opt, overlap, recompute) on CPU with the model
+    narrow and shallow enough to run there, every size still divisible as the layout needs, on the fewest
     ranks both its dense and its expert grid fit (data parallel 1 unless EP x ETP needs more).
     The warm-up keeps its share of the schedule of `schedule_of` (default: `spec`'s). Returns the
     spec and what changed, as "hidden_size 4096 -> 64"."""
@@ -340,9 +357,12 @@ def shrink(spec: JobSpec, hidden: int = 64, layers: int = 4, seq_len: int = 64, 
         global_batch=spec.micro_batch * (world // (spec.tp * spec.pp * spec.cp)) * max(1, spec.pp), iters=short,
         lr_warmup_iters=min(warmup, decay_end - 1) * short // decay_end, lr_decay_iters=None,
         model_overrides={**spec.model_overrides, **new})
+    per_chunk = small.model_preset().num_layers // stages  # recompute counts layers within a model chunk
+    if spec.recompute_num_layers is not None and spec.recompute_num_layers > per_chunk:
+        small = dataclasses.replace(small, recompute_num_layers=per_chunk)
     how = [f"{k} {getattr(m, k)} -> {x}" for k, x in new.items()]
     for name in ("world_size", "seq_len", "global_batch_size", "iters", "lr_warmup_iters", "first_stage_layers",
-                 "last_stage_layers"):
+                 "last_stage_layers", "recompute_num_layers"):
         if getattr(spec, name) != getattr(small, name):
             how.append(f"{name} {getattr(spec, name)} -> {getattr(small, name)}")
     how.append(f"precision {spec.precision} -> fp32 on cpu" if spec.precision != "fp32" else "device cpu")

@@ -62,9 +62,16 @@ def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) ->
         # backward of softmax: grad of probs (B), its fp32 copy, softmax-backward output (fp32)
         transient = b * heads * s * s * (B + 4 + 4)
     saved = ln + qkv_in + qkv_saved + core + T * proj_in * B
-    if tr.recompute == "selective":  # the core attention is recomputed: only q, k, v stay
-        saved -= core
-    return saved, transient
+    # Selective recompute: what a module recomputes is gone from the forward's keep and back, on top
+    # of the backward's own transient, while that module's backward runs
+    recomputed = 0.0
+    if "core_attn" in tr.recomputed_modules:  # the core attention is recomputed: only q, k, v stay
+        recomputed += core
+    if "mla_up_proj" in tr.recomputed_modules and model.multi_latent_attention:  # q, k, v after the up projections
+        recomputed += T * (q_w + k_w + v_w) * B
+    if "layernorm" in tr.recomputed_modules:  # the input norm's output (the QKV linear's input)
+        recomputed += qkv_in
+    return saved - recomputed, transient + recomputed
 
 
 def _mlp_act(model: ModelPreset, width: int, tokens: int, split: int, B: int) -> float:
@@ -98,17 +105,31 @@ def layer_activation(model: ModelPreset, lay: Layout, tr: Training, i: int) -> t
         # norm input/output, out_proj input; the chunked scan keeps fp32 states per chunk (256 tokens)
         saved = (2 * Th * h * B + T * (2 * inner + bc + heads) * B + T * (inner + bc) * B
                  + 3 * T * inner * B + T // 256 * heads * model.mamba_head_dim * model.mamba_state_dim * 4)
+    modules = tr.recomputed_modules
     mlp_ln = Th * h * B + Th * stats + Th * h * B  # pre-MLP norm input, fc1/router input
+    if kind in ("dense", "moe", "-", "E") and "layernorm" in modules:  # the pre-MLP norm's output, recomputed
+        mlp_ln -= Th * h * B
+        transient = max(transient, Th * h * B)
     if kind in ("dense", "-"):
-        saved += mlp_ln + _mlp_act(model, model.ffn_hidden_size, T, tp, B)
+        mlp = _mlp_act(model, model.ffn_hidden_size, T, tp, B)
+        saved += mlp_ln + (0 if "mlp" in modules else mlp)  # recomputed: the MLP keeps only its input
+        transient = max(transient, mlp if "mlp" in modules else 0)
     elif kind in ("moe", "E"):
         k, E = model.moe_router_topk, model.num_experts
         routed = Th * k * lay.expert_tp  # tokens after dispatch, per rank (balanced routing)
-        saved += mlp_ln + Th * E * 4 * 3  # router logits, probabilities, routing map (fp32)
-        saved += routed * h * B * 2  # permuted tokens (dispatch output) and expert fc1 input
-        saved += _mlp_act(model, model.expert_ffn, routed, lay.expert_tp, B) + routed * h * B  # + unpermute input
+        experts = Th * E * 4 * 3  # router logits, probabilities, routing map (fp32)
+        experts += routed * h * B * 2  # permuted tokens (dispatch output) and expert fc1 input
+        experts += _mlp_act(model, model.expert_ffn, routed, lay.expert_tp, B) + routed * h * B  # + unpermute input
+        if "moe_act" in modules:  # the experts' activation output (their fc2 input), recomputed
+            experts -= routed * (model.expert_ffn // lay.expert_tp) * B
+        shared = 0.0
         if model.moe_shared_expert_intermediate_size:
-            saved += _mlp_act(model, model.moe_shared_expert_intermediate_size, T, tp, B)
+            shared = _mlp_act(model, model.moe_shared_expert_intermediate_size, T, tp, B)
+        if "shared_experts" in modules:
+            transient, shared = max(transient, shared), 0.0
+        if "moe" in modules:  # the whole MoE layer recomputed from its input
+            transient, experts, shared = max(transient, experts + shared), 0.0, 0.0
+        saved += mlp_ln + experts + shared
     if tr.precision == "fp8" and lay.backend == "local" and kind in ("dense", "moe", "*"):
         saved, transient = _local_fp8(model, lay, tr, kind, T, Th, saved, transient)
     return saved, transient
@@ -155,11 +176,31 @@ def _local_fp8(model, lay, tr, kind, T, Th, saved, transient) -> tuple[float, fl
     if tr.fp8_recipe in PER_TENSOR_FP8_RECIPES and not model.multi_latent_attention:
         saved += T * h * 1 - Th * h * B  # QKV input
         saved += T * q_w * (1 - B)  # projection input
-        if kind != "moe":  # the dense MLP's linears (MoE experts stay bf16)
+        if kind != "moe" and "mlp" not in tr.recomputed_modules:  # the dense MLP's linears (MoE experts stay
+            # bf16; a recomputed MLP keeps none of its inputs)
             saved += T * h * 1 - Th * h * B + T * f_in * (1 - B)  # FC1 input, FC2 input
     widest = [(qkv_w, h), (h, q_w)] + ([(f, h), (h, f_in)] if kind != "moe" else [])
     fp8_transient = max(2 * T * n + T * k for n, k in widest)
     return saved, max(transient, fp8_transient)
+
+
+def chunk_activation(model: ModelPreset, lay: Layout, tr: Training, layers: list[int]) -> tuple[float, float]:
+    """(bytes autograd keeps for one model chunk's layers for one microbatch, largest backward
+    transient). Full recompute keeps each recomputed unit's input only; the unit's backward first
+    runs its layers forward again, so all their activations and the largest transient of them live
+    at once then (Training.recomputed_units: uniform or block, recompute_num_layers)."""
+    if tr.recompute != "full":
+        acts = [layer_activation(model, lay, tr, i) for i in layers]
+        return sum(a for a, _ in acts), max((t for _, t in acts), default=0.0)
+    plain = replace(tr, recompute="none")
+    units, kept = tr.recomputed_units(layers)
+    acts = {i: layer_activation(model, lay, plain, i) for i in layers}
+    T = lay.seq_len // lay.cp * lay.micro_batch
+    unit_input = (T // lay.tp if lay.sp else T) * model.hidden_size * tr.act_bytes
+    saved = len(units) * unit_input + sum(acts[i][0] for i in kept)
+    transient = max([acts[i][1] for i in kept]
+                    + [sum(acts[i][0] for i in u) + max(acts[i][1] for i in u) for u in units], default=0.0)
+    return saved, transient
 
 
 def in_flight(lay: Layout, stage: int) -> int:

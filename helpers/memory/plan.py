@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
 from helpers.job.spec import PER_TENSOR_FP8_RECIPES
-from helpers.memory.activations import in_flight, layer_activation
+from helpers.memory.activations import chunk_activation, in_flight
 from helpers.memory.static import (
     StaticMemory,
     chunk_params,
@@ -121,6 +121,8 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
         raise ValueError(f"precision must be bf16, fp8 or fp32, not {training.precision!r}")
     if training.recompute not in ("none", "selective", "full"):
         raise ValueError(f"recompute must be none, selective or full, not {training.recompute!r}")
+    if training.recompute_method not in (None, "uniform", "block"):
+        raise ValueError(f"recompute_method must be uniform or block, not {training.recompute_method!r}")
     lay, tr = layout, training
     B, h, tp = tr.act_bytes, model.hidden_size, lay.tp
     T = lay.seq_len // lay.cp * lay.micro_batch
@@ -136,9 +138,9 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
         per_chunk = []
         transient = 0.0
         for chunk_layers in layers[stage]:
-            acts = [layer_activation(model, lay, tr, i) for i in chunk_layers]
-            per_chunk.append(sum(a for a, _ in acts))
-            transient = max([transient] + [t for _, t in acts])
+            saved, chunk_transient = chunk_activation(model, lay, tr, chunk_layers)
+            per_chunk.append(saved)
+            transient = max(transient, chunk_transient)
         n_flight = in_flight(lay, stage)
         act = max(per_chunk) * n_flight
         if stage == 0:

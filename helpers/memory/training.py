@@ -15,7 +15,13 @@ class Training:
     fp8_recipe: str = "tensorwise"  # the kit's local FP8 linears (helpers/precision/fp8_matmul.py)
     fp8_output_layer: bool = False  # the kit's local FP8 GEMMs in the output layer too (JobSpec.fp8_output_layer)
     dist_opt: bool = False  # distributed optimizer: main params and Adam states sharded over DP
-    recompute: str = "none"  # none | selective (attention core) | full (each layer's input only)
+    recompute: str = "none"  # none | selective (recompute_modules' outputs) | full (recomputed units' inputs only)
+    # Megatron's recompute fields (JobSpec.recompute_*). full: uniform = each model chunk's layers in units
+    # of recompute_num_layers, block = its first recompute_num_layers layers one by one, the rest kept;
+    # None = every layer on its own (uniform, 1). selective: the modules recomputed; None = core_attn.
+    recompute_method: str | None = None
+    recompute_num_layers: int | None = None
+    recompute_modules: tuple[str, ...] | None = None
     grad_reduce_in_fp32: bool = True  # the kit's DDP setting (helpers/runtime/build.py)
     # Elements per gradient bucket with overlap_grad_reduce (JobSpec.overlap_bucket_size); None: one
     # bucket. The distributed optimizer pads every bucket, and each rank owns a slice of each.
@@ -32,6 +38,23 @@ class Training:
     fused_cross_entropy: bool = True
 
     @property
+    def recomputed_modules(self) -> tuple[str, ...]:
+        """What selective recompute recomputes (Megatron's default: the attention core); () otherwise."""
+        if self.recompute != "selective":
+            return ()
+        return ("core_attn",) if self.recompute_modules is None else self.recompute_modules
+
+    def recomputed_units(self, layers: list) -> tuple[list[list], list]:
+        """Full recompute over one model chunk's layers: (the units recomputed, each from its input;
+        the layers kept whole), as Megatron's checkpointed forward splits them (megatron/core/recompute.py)."""
+        if self.recompute != "full":
+            return [], list(layers)
+        n = max(1, self.recompute_num_layers or 1)
+        if self.recompute_method == "block":
+            return [[i] for i in layers[:n]], list(layers[n:])
+        return [list(layers[k:k + n]) for k in range(0, len(layers), n)], []
+
+    @property
     def param_bytes(self) -> int:
         return 4 if self.precision == "fp32" else 2
 
@@ -43,8 +66,11 @@ class Training:
     def of(cls, spec) -> "Training":
         """The Training a JobSpec runs with (its precision as helpers/job/rules/resolve.py decides it)."""
         overlap = overlap_grad_reduce_of(spec.overlap_grad_reduce, spec.device, spec) == "on"
+        modules = None if spec.recompute_modules is None else tuple(spec.recompute_modules)
         return cls(precision=precision_of(spec.precision, spec.device), fp8_recipe=spec.fp8_recipe,
                    fp8_output_layer=spec.fp8_output_layer, dist_opt=spec.dist_opt,
+                   recompute=spec.recompute_granularity or "none", recompute_method=spec.recompute_method,
+                   recompute_num_layers=spec.recompute_num_layers, recompute_modules=modules,
                    bucket_size=spec.overlap_bucket_size if overlap else None,
                    attention=attention_of(spec.attention, "te" if spec.backend == "te" else "local"),
                    fused_cross_entropy=spec.device == "cuda")

@@ -20,15 +20,19 @@ import sys
 from pathlib import Path
 
 from helpers.errors import MegatronRefused
+from helpers.job import megatron_names
 from helpers.rundir import megatron_flags, megatron_lm, names
 
-LAYOUT = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size",
-          "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage", "context_parallel_size",
-          "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel")
+LAYOUT_ROWS = megatron_names.layout_rows()
+LAYOUT = tuple(n.core for n in LAYOUT_ROWS)
+# The job's other TransformerConfig fields, activation recompute: Bridge puts it on the model provider,
+# with Megatron-Core's names.
+RECOMPUTE = tuple(n.core for n in megatron_names.for_object(megatron_names.TRANSFORMER_CONFIG)
+                  if n.model_kind is None and n not in LAYOUT_ROWS)
 # Recorded config fields a provider does not take from the record: the layout (from the job), dtypes
 # and precision flags (mixed_precision="bf16_mixed" sets them), values Megatron derives, and the
 # kit's choices for its own machine (megatron_flags.MACHINE).
-NOT_FROM_RECORD = (set(LAYOUT) | megatron_flags.DERIVED | megatron_flags.MACHINE
+NOT_FROM_RECORD = (set(LAYOUT) | megatron_flags.DERIVED | megatron_flags.MACHINE | set(RECOMPUTE)
                    | {"bf16", "fp16", "params_dtype", "transformer_layer_spec", "timers", "fp8", "fp8_recipe"}) \
     - {"kv_channels", "num_query_groups", "gated_linear_unit", "activation_func"}
 # Config fields whose default in Bridge's GPTModelProvider / MLAModelProvider differs from
@@ -43,8 +47,16 @@ OPTIMIZER_SKIP = {"bf16", "fp16", "params_dtype", "main_grads_dtype", "main_para
 
 
 def layout(spec) -> dict:
-    return dict(zip(LAYOUT, (spec.tp, spec.pp, spec.vpp, spec.first_stage_layers, spec.last_stage_layers, spec.cp,
-                             spec.ep, spec.expert_tp, spec.sp)))
+    return {n.core: n.megatron_value(spec) for n in LAYOUT_ROWS}
+
+
+def recompute(fields: dict) -> dict:
+    """The provider's recompute fields for the recorded config: those set, and the modules only when
+    they say something (megatron_flags.recompute_modules)."""
+    values = {k: fields[k] for k in RECOMPUTE[:3] if fields.get(k) is not None}
+    if (modules := megatron_flags.recompute_modules(fields)) is not None:
+        values["recompute_modules"] = modules
+    return values
 
 
 def local_spec_refusal(spec) -> str | None:
@@ -60,6 +72,10 @@ def _value(name: str, value) -> str:
     if name in CALLABLES and isinstance(value, str) and "." in value and "(" not in value:
         return f"_named({value!r})"
     return repr(value)
+
+
+def _call_args(values: dict) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in values.items())
 
 
 def _kwargs(values: dict, indent: str) -> str:
@@ -82,8 +98,9 @@ def _provider(calls: dict, spec) -> tuple[str, list[str], list[str]]:
             imports.append("from megatron.bridge.models.gpt_provider import default_layer_spec, local_layer_spec")
             lines.append("    if getattr(provider, \"transformer_layer_spec\", None) is default_layer_spec:  # a model's own spec stays")
             lines.append("        provider.transformer_layer_spec = local_layer_spec")
-        values = {**layout(spec), "seq_length": spec.seq_len,
-                  **{k: fields[k] for k in ("hidden_dropout", "attention_dropout") if k in fields}}
+        values = {**layout(spec), **megatron_names.bridge_values(spec, ("seq_len",)),
+                  **{k: fields[k] for k in ("hidden_dropout", "attention_dropout") if k in fields},
+                  **recompute(fields)}
         lines += [f"    provider.{k} = {v!r}" for k, v in values.items()]
         lines.append("    # rotary embedding and MoE token permutation unfused, as the kit's job ran them (the fused kernels")
         lines.append("    # are Transformer Engine's)")
@@ -96,11 +113,12 @@ def _provider(calls: dict, spec) -> tuple[str, list[str], list[str]]:
     full = megatron_flags.config_values(calls)
     values = {k: v for k, v in fields.items() if k not in NOT_FROM_RECORD}
     values.update({k: full[k] for k in sorted(PROVIDER_DEFAULTS_DIFFER) if k in full and k not in values})
-    values.update(vocab_size=model["vocab_size"], seq_length=spec.seq_len,
+    values.update(vocab_size=model["vocab_size"], **megatron_names.bridge_values(spec, ("seq_len",)),
                   share_embeddings_and_output_weights=model.get("share_embeddings_and_output_weights", False),
                   position_embedding_type=model.get("position_embedding_type", "rope"),
                   rotary_base=model.get("rotary_base", 10000), rotary_percent=model.get("rotary_percent", 1.0))
     values.update(layout(spec))
+    values.update(recompute(fields))
     if use_local and not mla:
         imports.append("from megatron.bridge.models.gpt_provider import local_layer_spec")
         body = _kwargs(values, "        ") + "        transformer_layer_spec=local_layer_spec,\n"
@@ -132,10 +150,11 @@ def _tokenizer(calls: dict, spec) -> str:
 def _checkpoint(spec, run_dir: Path) -> str:
     values = {}
     if spec.save_interval:
-        values.update(save=spec.save_dir or str(Path(run_dir) / names.CHECKPOINTS), save_interval=spec.save_interval)
-    loads = spec.load_dir if isinstance(spec.load_dir, list) else [spec.load_dir] if spec.load_dir else []
-    if loads:
-        values.update(load=loads[0], load_optim=spec.load_optimizer)
+        # a folder of its own: run beside the kit's job, it must not overwrite the kit's checkpoints
+        values[megatron_names.bridge_field("save_dir")] = str(Path(run_dir) / names.BRIDGE_CHECKPOINTS)
+        values.update(megatron_names.bridge_values(spec, ("save_interval",)))
+    if spec.load_dirs():  # the first of several (the kit's eval_only)
+        values.update(megatron_names.bridge_values(spec, ("load_dir", "load_optimizer")))
     return "CheckpointConfig(" + ", ".join([*(f"{k}={v!r}" for k, v in values.items()), "ckpt_format='torch_dist'"]) + ")"
 
 
@@ -146,18 +165,22 @@ def recipe(calls: dict, spec, run_dir: Path) -> str:
     _, lm_notes, _ = megatron_lm.command_flags(calls, spec, run_dir)
     real = dataset_class == "GPTDatasetConfig"
     weight_decay = calls.get("OptimizerConfig", {}).get("weight_decay", 0.01)  # MCore's OptimizerConfig default
-    optimizer = {"optimizer": "adam", "lr": spec.lr, "min_lr": spec.min_lr, "clip_grad": spec.clip_grad,
+    bridge = megatron_names.bridge_values
+    optimizer = {"optimizer": "adam", **bridge(spec, ("lr", "min_lr", "clip_grad")),
                  **{k: v for k, v in calls.get("OptimizerConfig", {}).items() if k not in OPTIMIZER_SKIP}}
-    scheduler = {"lr_decay_style": spec.lr_decay, "lr_warmup_iters": spec.lr_warmup_iters,
-                 "lr_decay_iters": spec.lr_decay_end if spec.lr_decay != "constant" else None,
+    decay_iters = megatron_names.bridge_field("lr_decay_iters")
+    scheduler = {**bridge(spec, ("lr_decay", "lr_warmup_iters", "lr_decay_iters")),
+                 # Bridge's scheduler holds the weight decay it trains with: constant, the optimizer's
                  "start_weight_decay": weight_decay, "end_weight_decay": weight_decay,
                  "weight_decay_incr_style": "constant"}
-    train = {"train_iters": spec.iters, "micro_batch_size": spec.micro_batch,
-             "global_batch_size": spec.global_batch_size}
-    validation = {"eval_interval": max(1, spec.eval_interval or spec.iters), "eval_iters": spec.eval_iters if real else 0}
+    if spec.lr_decay == "constant":
+        scheduler[decay_iters] = None
+    train = bridge(spec, ("iters", "micro_batch", "global_batch"))
+    validation = {**bridge(spec, ("eval_interval",)),
+                  megatron_names.bridge_field("eval_iters"): spec.eval_iters if real else 0}  # the kit validates real data only
     if spec.eval_only or spec.iters == 0:  # validation only: the kit validates before the first step and stops
-        validation["skip_train"] = True
-        scheduler["lr_decay_iters"] = 1  # never stepped; Bridge asks for a decay of at least one step
+        validation[megatron_names.bridge_field("eval_only")] = True
+        scheduler[decay_iters] = 1  # never stepped; Bridge asks for a decay of at least one step
     differs = notes + [n for n in lm_notes if not n.startswith(("weights:", "data: the kit's synthetic", "fp8:",
                                                                  "vocabulary:"))]
     if spec.precision == "fp8":
@@ -206,16 +229,16 @@ def recipe(calls: dict, spec, run_dir: Path) -> str:
         "def config() -> ConfigContainer:",
         "    return ConfigContainer(",
         "        model=model(),",
-        f"        train=TrainingConfig({', '.join(f'{k}={v!r}' for k, v in train.items())}),",
-        f"        validation=ValidationConfig({', '.join(f'{k}={v!r}' for k, v in validation.items())}),",
-        f"        optimizer=OptimizerConfig({', '.join(f'{k}={v!r}' for k, v in optimizer.items())}),",
-        f"        scheduler=SchedulerConfig({', '.join(f'{k}={v!r}' for k, v in scheduler.items())}),",
-        f"        ddp=DistributedDataParallelConfig({', '.join(f'{k}={v!r}' for k, v in calls.get('DistributedDataParallelConfig', {}).items())}),",
+        f"        train=TrainingConfig({_call_args(train)}),",
+        f"        validation=ValidationConfig({_call_args(validation)}),",
+        f"        optimizer=OptimizerConfig({_call_args(optimizer)}),",
+        f"        scheduler=SchedulerConfig({_call_args(scheduler)}),",
+        f"        ddp=DistributedDataParallelConfig({_call_args(calls.get('DistributedDataParallelConfig', {}))}),",
         f"        dataset={dataset},",
         f"        tokenizer={_tokenizer(calls, spec)},",
         f"        checkpoint={_checkpoint(spec, run_dir)},",
-        f"        logger=LoggerConfig(log_interval={getattr(spec, 'log_interval', 1)!r}),",
-        f"        rng=RNGConfig(seed={spec.seed!r}),",
+        f"        logger=LoggerConfig({_call_args(megatron_names.bridge_values(spec, ('log_interval',)))}),",
+        f"        rng=RNGConfig({_call_args(megatron_names.bridge_values(spec, ('seed',)))}),",
         '        mixed_precision="bf16_mixed",',
         "    )",
         "",

@@ -15,22 +15,18 @@ import argparse
 import functools
 import json
 
-# Megatron-Core's name -> Megatron-LM's argument name, where the two differ.
-RENAMED = {
-    "num_moe_experts": "num_experts",
-    "virtual_pipeline_model_parallel_size": "num_virtual_stages_per_pipeline_rank",
-    "bucket_size": "ddp_bucket_size",
-    "grad_reduce_in_fp32": "accumulate_allreduce_grads_in_fp32",
-    "num_layers_in_first_pipeline_stage": "decoder_first_pipeline_num_layers",
-    "num_layers_in_last_pipeline_stage": "decoder_last_pipeline_num_layers",
-}
+from helpers.job import megatron_names
+from helpers.job.spec import RECOMPUTE_MODULES_DEFAULT
+
+# Megatron-Core's name -> Megatron-LM's argument name, where the two differ (helpers/job/megatron_names.py).
+RENAMED = megatron_names.RENAMED
 # Recorded values Megatron-LM derives from other flags (so no flag of their own is needed):
 # dtypes from --bf16/--fp16, init methods from --init-method-std, KV channels and the FFN width
 # from the hidden size, the timeout from --distributed-timeout-minutes' default, and the rest
 # Megatron-LM's config builder fills in itself.
 DERIVED = {"autocast_dtype", "pipeline_dtype", "params_dtype", "init_method", "output_layer_init_method",
            "embedding_init_method", "embedding_init_method_std", "microbatch_group_size_per_vp_stage",
-           "recompute_modules", "cuda_graph_modules", "inference_cuda_graph_scope", "kv_channels",
+           "cuda_graph_modules", "inference_cuda_graph_scope", "kv_channels",
            "distributed_timeout_minutes", "gated_linear_unit", "activation_func", "num_query_groups",
            "class", "pre_process", "post_process", "vp_stage", "max_sequence_length",
            "share_embeddings_and_output_weights", "vocab_size", "use_cpu_initialization"}
@@ -43,6 +39,16 @@ MACHINE = {"gradient_accumulation_fusion", "bias_activation_fusion", "bias_dropo
            "persist_layer_norm", "moe_grouped_gemm", "moe_permute_fusion", "attention_backend", "overlap_p2p_comm",
            "batch_p2p_comm", "deallocate_pipeline_outputs", "transformer_impl"}
 TRANSFORMER_IMPL = "transformer_engine"  # what GPU users run; the kit's CPU substitutes are named in the script
+
+
+def recompute_modules(fields: dict) -> list | None:
+    """The recorded recompute_modules when they say something: selective recompute of other modules
+    than Megatron's default. TransformerConfig.__post_init__ fills in its default (core_attn) whatever
+    the granularity, and Megatron reads the list only for selective recompute."""
+    modules = fields.get("recompute_modules")
+    if fields.get("recompute_granularity") != "selective" or modules in (None, list(RECOMPUTE_MODULES_DEFAULT)):
+        return None
+    return list(modules)
 
 
 @functools.cache
@@ -154,6 +160,8 @@ def flags(calls: dict) -> list[str]:
         action = actions.get(RENAMED.get(name, name))
         if name in DERIVED or name in MACHINE or action is None:
             continue
+        if name == "recompute_modules" and recompute_modules(calls["TransformerConfig"]["fields"]) is None:
+            continue  # Megatron's default, or a list it does not read
         if (flag := _flag(action, value)) is not None:
             out.append(flag)
     return out + _special(calls)
@@ -190,6 +198,24 @@ def named(values: dict) -> list[str]:
         else:
             out.append(f"{option} {value}")
     return out
+
+
+# List arguments whose values are names (no spaces): one shell word per value. Other list arguments
+# (--data-path) take paths, which may hold spaces: their value stays one word.
+NAME_LISTS = {"recompute_modules"}
+
+
+def words(flag: str) -> list[str]:
+    """A flag as its command-line words: the option, then one word per value of a list of names
+    (`--recompute-modules core_attn mlp`: Megatron-LM reads two modules), else the value as one
+    word. What a launch script quotes word by word."""
+    option, _, value = flag.partition(" ")
+    if not value:
+        return [option]
+    action = next((a for a in parser()._actions if option in a.option_strings), None)
+    if action is not None and action.dest in NAME_LISTS and action.nargs in ("+", "*"):
+        return [option, *value.split(" ")]
+    return [option, value]
 
 
 def parse(flag_list: list[str]) -> argparse.Namespace:

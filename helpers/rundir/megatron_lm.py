@@ -15,6 +15,7 @@ import re
 import shlex
 from pathlib import Path
 
+from helpers.job import megatron_names
 from helpers.rundir import megatron_flags, names
 
 ENTRY = {"HybridModel": "pretrain_hybrid.py"}  # Megatron-LM's entry script per model class; else pretrain_gpt.py
@@ -73,7 +74,7 @@ def _data(calls: dict, spec) -> tuple[dict, list[str]]:
         notes.append("data: the kit trained SFT (its SFTDataset: one conversation per sequence, loss on the answers); "
                      "here the same tokenized conversations train as packed text (loss on every token)")
     if "all" in prefixes:
-        return {"data_path": prefixes["all"], "split": data.get("split") or spec.data_split}, notes
+        return {"data_path": prefixes["all"], megatron_names.lm_name("data_split"): data.get("split") or spec.data_split}, notes
     return {"train_data_path": prefixes["train"], "valid_data_path": prefixes["valid"],
             "test_data_path": prefixes["test"]}, notes
 
@@ -87,7 +88,7 @@ def _precision(calls: dict, spec) -> tuple[dict, list[str]]:
         if recipe not in megatron_flags.choices("fp8_recipe"):
             notes.append(f"fp8: Megatron-LM has no {recipe} recipe; Transformer Engine's tensorwise recipe here")
             recipe = "tensorwise"
-        out.update(fp8="hybrid", fp8_recipe=recipe)
+        out.update({"fp8": "hybrid", megatron_names.lm_name("fp8_recipe"): recipe})
         if spec.backend != "te":
             notes.append("fp8: the kit's job ran its own FP8 linears (helpers/runtime/layers/fp8_linear.py); "
                          "Transformer Engine's FP8 here")
@@ -96,29 +97,28 @@ def _precision(calls: dict, spec) -> tuple[dict, list[str]]:
 
 def _iterations(calls: dict, spec) -> dict:
     real = (calls.get("data") or {}).get("kind", "synthetic") != "synthetic"
-    out = {"train_iters": spec.iters, "log_interval": getattr(spec, "log_interval", 1),
-           "eval_iters": spec.eval_iters if real else 0,  # the kit validates real data only
-           "eval_interval": max(1, spec.eval_interval or spec.iters)}
+    out = megatron_names.lm_values(spec, ("iters", "log_interval", "eval_iters", "eval_interval"))
+    if not real:
+        out[megatron_names.lm_name("eval_iters")] = 0  # the kit validates real data only
     if spec.eval_only:
-        out["skip_train"] = True
+        out.update(megatron_names.lm_values(spec, ("eval_only",)))
     if spec.lr_decay != "constant":
-        out["lr_decay_iters"] = spec.lr_decay_end
+        out.update(megatron_names.lm_values(spec, ("lr_decay_iters",)))
     return out
 
 
 def _checkpoints(spec, run_dir: Path) -> tuple[dict, list[str], list[str]]:
     """Checkpoint arguments, comment lines, and shell lines to run before torchrun."""
     out, notes, before = {}, [], []
-    if spec.save_interval:
-        out.update(save=spec.save_dir or str(Path(run_dir) / names.CHECKPOINTS), save_interval=spec.save_interval)
-    loads = spec.load_dir if isinstance(spec.load_dir, list) else [spec.load_dir] if spec.load_dir else []
+    if spec.save_interval:  # a folder of its own: run beside the kit's job, it must not overwrite the kit's checkpoints
+        out[megatron_names.lm_name("save_dir")] = str(Path(run_dir) / names.MEGATRON_LM_CHECKPOINTS)
+        out.update(megatron_names.lm_values(spec, ("save_interval",)))
+    loads = spec.load_dirs()
     if loads:
-        out["load"] = loads[0]
+        out.update(megatron_names.lm_values(spec, ("load_dir", "load_optimizer")))  # the first; --no-load-optim
         if len(loads) > 1:
             notes.append(f"load: the kit evaluated {len(loads)} checkpoints; one command per checkpoint here "
                          f"(--load), this one the first")
-        if not spec.load_optimizer:
-            out["no_load_optim"] = True
     if spec.hf_model:
         imported = str(Path(run_dir) / CHECKPOINT_FROM_HF)
         out["pretrained_checkpoint"] = imported
@@ -171,9 +171,26 @@ def command_flags(calls: dict, spec, run_dir: Path) -> tuple[list[str], list[str
     return flags, substitutes(calls) + precision_notes + notes + data_notes + ckpt_notes, before
 
 
+# Megatron-LM's pretrain_gpt.py calls compile_helpers(), which runs `make` in megatron/core/datasets.
+# A Megatron-LM checkout has the Makefile there; the megatron-core wheel ships the helpers compiled
+# (helpers_cpp*.so) but not the Makefile, and make stops with "No targets specified and no makefile
+# found". A Makefile with an empty default target lets it go on with the compiled helpers.
+DATASET_HELPERS = [
+    "# The megatron-core wheel ships megatron/core/datasets compiled but without its Makefile, which",
+    "# pretrain_gpt.py's compile_helpers() runs: give it one with an empty default target (or use a checkout).",
+    "datasets=\"$(python -c 'import importlib.util as u, os; ls = list(u.find_spec(\"megatron\").submodule_search_locations)",
+    "print(next(os.path.join(p, \"core\", \"datasets\") for p in ls if os.path.isfile(os.path.join(p, \"core\", \"__init__.py\"))))')\"",
+    "if [ ! -f \"$datasets/Makefile\" ]; then",
+    "  printf 'default:\\n\\t@true\\n' > \"$datasets/Makefile\" || {",
+    "    echo \"$datasets has no Makefile and is read-only: install megatron-core from a Megatron-LM checkout\"; exit 1; }",
+    "fi",
+]
+
+
 def _quoted(flag: str) -> str:
-    option, _, value = flag.partition(" ")
-    return f"{option} {shlex.quote(value)}" if value else option
+    """A flag as shell words: a list of names one word per value (megatron_flags.words), any other
+    value one word (a path with spaces stays one)."""
+    return " ".join(shlex.quote(w) for w in megatron_flags.words(flag))
 
 
 def script(calls: dict, spec, run_dir: Path) -> str:
@@ -189,6 +206,7 @@ def script(calls: dict, spec, run_dir: Path) -> str:
              *([ "# Where the kit's job differs:"] + [f"#   {n}" for n in notes] if notes else []),
              "set -euo pipefail",
              "export CUDA_DEVICE_MAX_CONNECTIONS=1  # Megatron-LM asserts it with TP or CP below Blackwell",
+             *DATASET_HELPERS,
              *before,
              f'torchrun --nproc-per-node {spec.world_size} "${{MEGATRON_LM:-.}}/{entry}" \\']
     body = [f"    {_quoted(f)}" for f in flags]

@@ -11,6 +11,9 @@ a child per command, which parses, validates and reports the parsed arguments as
     args.tensor_model_parallel_size, args.data_parallel_size, ...
     check_many([(path_or_argv, world_size), ...])  # one process for all: a Namespace or MegatronRefused each
 
+    parsed_here(argv, world_size)  # the same, forked from this process (which imports Megatron-LM's
+                                   # arguments module once): a training rank's checkpoint `args`
+
 A refusal raises MegatronRefused with Megatron-LM's own message."""
 from __future__ import annotations
 
@@ -64,27 +67,60 @@ def check_megatron_lm_command(path_or_args, world_size: int) -> argparse.Namespa
 
 
 # ---- the checking process ------------------------------------------------------------------------
-def _check_in_child(argv: list[str], world_size: int) -> dict:
-    """Runs in a forked child: Megatron-LM's parse_args + validate_args as on a Hopper GPU."""
-    import contextlib
-    import io
-    from unittest import mock
-
+def _as_hopper() -> None:
+    """In a forked child only: answer Megatron-LM's GPU-architecture questions as a Hopper GPU
+    (validate_args asks, and the CPU or the GPU this runs on may be another)."""
     import torch
     from megatron.training import arguments
 
+    arguments.get_device_arch_version = lambda: HOPPER[0]
+    torch.cuda.get_device_capability = lambda *_, **__: HOPPER
+
+
+def _parse_in_child(argv: list[str], world_size: int) -> argparse.Namespace | dict:
+    """Runs in a forked child: Megatron-LM's parse_args + validate_args as on a Hopper GPU. The
+    parsed Namespace, or {"error": message}."""
+    import contextlib
+    import io
+
+    from megatron.training import arguments
+
+    _as_hopper()
     os.environ.update(WORLD_SIZE=str(world_size), RANK="0", LOCAL_RANK="0", CUDA_DEVICE_MAX_CONNECTIONS="1")
     sys.argv = ["pretrain_gpt.py", *argv]
     printed = io.StringIO()
-    with mock.patch.object(arguments, "get_device_arch_version", return_value=HOPPER[0]), \
-            mock.patch.object(torch.cuda, "get_device_capability", return_value=HOPPER), \
-            contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+    with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
         try:
             args = arguments.parse_args()
         except SystemExit:  # argparse: an unknown flag or a bad value, its message printed
             return {"error": printed.getvalue().strip().splitlines()[-1]}
         arguments.validate_args(args)
-    return {"args": json.loads(json.dumps(vars(args), default=str))}
+    return args
+
+
+def _in_fork(argv: list[str], world_size: int) -> argparse.Namespace | dict:
+    """parse_args + validate_args in a forked child (they change module-level state: global flags,
+    the environment, warnings already given)."""
+    from helpers.job import forked
+
+    return forked.call(_parse_in_child, argv, world_size)
+
+
+def parsed_here(argv: list[str], world_size: int) -> argparse.Namespace:
+    """Megatron-LM's parsed and validated arguments for `argv` at `world_size`, from a child forked
+    off this process (a training rank: Megatron-Core is imported already, so the fork costs well
+    under a second). MegatronRefused with Megatron-LM's message when it refuses them."""
+    import warnings
+
+    from helpers.job.import_phase import without_modelopt
+
+    with warnings.catch_warnings(), without_modelopt():
+        warnings.simplefilter("ignore")
+        import megatron.training.arguments  # noqa: F401  (the child inherits it)
+    result = _in_fork([str(a) for a in argv], int(world_size))
+    if isinstance(result, dict):
+        raise MegatronRefused(f"Megatron-LM refuses the command at world size {world_size}: {result['error']}")
+    return result
 
 
 def _main() -> None:
@@ -98,22 +134,9 @@ def _main() -> None:
 
     results = []
     for command in json.loads(sys.stdin.read()):
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            try:
-                result = _check_in_child(command["argv"], command["world_size"])
-            except BaseException as e:  # Megatron-LM's asserts and errors: their message is the answer
-                result = {"error": f"{type(e).__name__}: {e}"}
-            with os.fdopen(write, "w") as f:
-                f.write(json.dumps(result))
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as f:
-            text = f.read()
-        os.waitpid(pid, 0)
-        results.append(json.loads(text) if text else {"error": "the checking process died without an answer"})
+        result = _in_fork(command["argv"], command["world_size"])
+        results.append(result if isinstance(result, dict) else
+                       {"args": json.loads(json.dumps(vars(result), default=str))})
     print(json.dumps(results))
 
 

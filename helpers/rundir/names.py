@@ -26,6 +26,8 @@ RESUMED = "resumed.json"  # the checkpoint a resumed job started from
 TENSORBOARD_EVENTS = "events.out.tfevents.*"  # rank 0: metrics.jsonl's numbers and the validation/test
 # losses for TensorBoard (`tensorboard --logdir runs`: one run per run directory)
 CHECKPOINTS = "checkpoints"  # default save_dir
+MEGATRON_LM_CHECKPOINTS = "megatron-lm-checkpoints"  # where megatron-lm.sh saves: its own, never the kit's
+BRIDGE_CHECKPOINTS = "bridge-checkpoints"  # where bridge_recipe.py saves: its own, never the kit's
 LOGS = "logs"
 TORCHRUN_LOG = f"{LOGS}/torchrun.log"  # the agent's own output (all agents' in a multi-node simulation)
 

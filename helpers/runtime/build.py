@@ -15,6 +15,7 @@ from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 from megatron.core.transformer import TransformerConfig
 from megatron.core.transformer.module import Float16Module
 
+from helpers.job import megatron_names
 from helpers.job.models import ModelPreset
 from helpers.job.spec import JobSpec
 from helpers.runtime.layers import fp8_linear, local_global_rotary
@@ -22,19 +23,12 @@ from helpers.runtime.layers import specs as layer_specs
 
 
 def job_fields(spec: JobSpec, on_cpu: bool, bf16: bool) -> dict:
-    """The TransformerConfig fields the job decides, whatever the model: layout, precision, and the
-    fused kernels off. Used for a preset's config and as overrides of an imported model's provider."""
+    """The TransformerConfig fields the job decides, whatever the model: layout, activation recompute
+    (the JobSpec fields of helpers/job/megatron_names.py; helpers/job/rules/ checked them), precision,
+    and the fused kernels off. Used for a preset's config and as overrides of an imported model's provider."""
     dtype = torch.bfloat16 if bf16 else torch.float32
     return dict(
-        tensor_model_parallel_size=spec.tp,
-        pipeline_model_parallel_size=spec.pp,
-        virtual_pipeline_model_parallel_size=spec.vpp,
-        num_layers_in_first_pipeline_stage=spec.first_stage_layers,
-        num_layers_in_last_pipeline_stage=spec.last_stage_layers,
-        context_parallel_size=spec.cp,
-        expert_model_parallel_size=spec.ep,
-        expert_tensor_parallel_size=spec.expert_tp,
-        sequence_parallel=spec.sp,
+        **megatron_names.core_values(spec, megatron_names.TRANSFORMER_CONFIG),
         # As Megatron-LM's arguments do: interleaved schedules overlap P2P and post each send/recv
         # on its own (with pp=2, next and previous stage are the same peer; a single batched
         # isend/irecv would pair a forward activation with a backward gradient).
@@ -69,6 +63,11 @@ def job_fields(spec: JobSpec, on_cpu: bool, bf16: bool) -> dict:
     )
 
 
+def moe_job_fields(spec: JobSpec) -> dict:
+    """The TransformerConfig fields a MoE model takes from the job (its token dispatcher)."""
+    return megatron_names.core_values(spec, megatron_names.TRANSFORMER_CONFIG, model_kind="moe")
+
+
 def te_fp8_fields(spec: JobSpec) -> dict:
     """precision='fp8' with backend='te': Megatron's own FP8 path, which is Transformer Engine's
     (e4m3 forward, e5m2 gradients = "hybrid"; Megatron's fp8_recipe "tensorwise" = TE's current
@@ -87,15 +86,7 @@ def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bo
     from megatron.core.transformer import MLATransformerConfig
 
     fields = dict(
-        num_layers=model.num_layers,
-        hidden_size=model.hidden_size,
-        num_attention_heads=model.num_attention_heads,
-        num_query_groups=model.num_query_groups,
-        kv_channels=model.kv_channels,
-        ffn_hidden_size=model.ffn_hidden_size,
-        normalization=model.normalization,
-        add_bias_linear=model.add_bias_linear,
-        qk_layernorm=model.qk_layernorm,
+        **megatron_names.core_values(model, megatron_names.TRANSFORMER_CONFIG, owner="model"),
         init_method_std=0.02,
         **job_fields(spec, on_cpu, bf16),
     )
@@ -105,22 +96,18 @@ def transformer_config(model: ModelPreset, spec: JobSpec, on_cpu: bool, bf16: bo
         fields.update(bias_activation_fusion=True)
     if model.is_moe:
         fields.update(
-            num_moe_experts=model.num_experts,
-            moe_router_topk=model.moe_router_topk,
-            moe_ffn_hidden_size=model.expert_ffn,
-            moe_token_dispatcher_type=spec.moe_dispatcher,
+            **megatron_names.core_values(model, megatron_names.TRANSFORMER_CONFIG, owner="model", model_kind="moe"),
+            **moe_job_fields(spec),
             moe_router_load_balancing_type="aux_loss",
             moe_aux_loss_coeff=1e-2,
-            moe_shared_expert_intermediate_size=model.moe_shared_expert_intermediate_size,
             # Leading dense layers (DeepSeek's first_k_dense_replace): 0 = dense, 1 = MoE, per layer.
             moe_layer_freq=[0] * model.first_k_dense + [1] * (model.num_layers - model.first_k_dense),
         )
     if not model.multi_latent_attention:
         return TransformerConfig(**fields)
     return MLATransformerConfig(
-        **fields, multi_latent_attention=True, q_lora_rank=model.q_lora_rank, kv_lora_rank=model.kv_lora_rank,
-        qk_head_dim=model.qk_head_dim, qk_pos_emb_head_dim=model.qk_pos_emb_head_dim,
-        v_head_dim=model.v_head_dim, rope_type="rope")
+        **fields, **megatron_names.core_values(model, megatron_names.TRANSFORMER_CONFIG, owner="model", model_kind="mla"),
+        rope_type="rope")
 
 
 def gpt_model_options(config: TransformerConfig, model: ModelPreset, seq_len: int) -> dict:
@@ -213,17 +200,13 @@ def hybrid_model(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
 def ddp_config(spec: JobSpec) -> DistributedDataParallelConfig:
     """Megatron's DDP settings, derived from the job as Megatron-LM derives them from its flags
     (training.py: get_megatron_ddp_config, resolve_ddp_bucket_size; arguments.py: validate_args)."""
-    overlap_grads, overlap_params = spec.overlap_grad_reduce == "on", spec.overlap_param_gather == "on"
+    values = megatron_names.core_values(spec, megatron_names.DDP_CONFIG)
     return DistributedDataParallelConfig(
-        grad_reduce_in_fp32=True,
-        overlap_grad_reduce=overlap_grads,
-        overlap_param_gather=overlap_params,
+        **values,
         # Megatron-LM lines up the pipeline stages' parameter all-gathers (the schedule starts them
         # through config.param_sync_func) under the interleaved schedule only; without VPP each
         # stage's forward pre-hooks start its own.
-        align_param_gather=overlap_params and bool(spec.vpp),
-        use_distributed_optimizer=spec.dist_opt,
-        bucket_size=spec.overlap_bucket_size if overlap_grads else None,  # off: one bucket, nothing starts early
+        align_param_gather=values["overlap_param_gather"] and bool(spec.vpp),
     )
 
 
@@ -245,20 +228,14 @@ def wrap_ddp(config: TransformerConfig, chunks: list[torch.nn.Module], spec: Job
 
 def optimizer_config(config: TransformerConfig, spec: JobSpec) -> OptimizerConfig:
     """Megatron's optimizer settings: Adam (torch's AdamW without apex/TE) with the job's
-    hyperparameters, as Megatron-LM's get_megatron_optimizer_config takes them from its flags."""
+    hyperparameters, as Megatron-LM's get_megatron_optimizer_config takes them from its flags (the
+    weight decay is AdamW's, decoupled; Megatron skips biases and 1-D weights; overlap_param_gather
+    and use_distributed_optimizer are DDP's flags, which Megatron-LM passes here too)."""
     return OptimizerConfig(
         optimizer="adam",
-        lr=spec.lr,
-        min_lr=spec.min_lr,
-        weight_decay=spec.weight_decay,  # AdamW (decoupled); Megatron skips biases and 1-D weights
-        adam_beta1=spec.adam_beta1,
-        adam_beta2=spec.adam_beta2,
-        adam_eps=spec.adam_eps,
-        clip_grad=spec.clip_grad,
+        **megatron_names.core_values(spec, megatron_names.OPTIMIZER_CONFIG),
         bf16=config.bf16,
         params_dtype=config.params_dtype,
-        use_distributed_optimizer=spec.dist_opt,
-        overlap_param_gather=spec.overlap_param_gather == "on",  # as Megatron-LM passes its DDP flag here too
     )
 
 
@@ -343,17 +320,20 @@ class ParamGather:
 
 
 def lr_schedule(opt, spec: JobSpec, start: int):
-    """Megatron's OptimizerParamScheduler, counted in iterations (Megatron's own loop counts samples:
-    the same curve) and set to iteration `start`: the kit does not save the scheduler, its position
-    is the iteration, so a resumed job continues the curve. It writes each param group's lr and
-    weight decay before every step (the decay constant: Megatron-LM's start and end weight decay
-    default to --weight-decay); the defaults (no warm-up, constant) give lr at every step."""
+    """Megatron's OptimizerParamScheduler as Megatron-LM's `get_optimizer_param_scheduler` builds it
+    for the same run (megatron/training/training.py): counted in samples (each iteration steps it by
+    the global batch), warm-up and decay given in iterations x global batch, the weight decay
+    constant over the run's samples. So its state_dict() is the one Megatron-LM saves and loads
+    (`opt_param_scheduler` in the checkpoint: checkpoint/megatron_args.py), and a job resumed at
+    iteration `start` continues the curve. It writes each param group's lr and weight decay before
+    every step; the defaults (no warm-up, constant) give lr at every step."""
+    gb = spec.global_batch_size
     schedule = OptimizerParamScheduler(
-        opt, init_lr=0.0, max_lr=spec.lr, min_lr=spec.min_lr, lr_warmup_steps=spec.lr_warmup_iters,
-        lr_decay_steps=max(spec.lr_decay_end, spec.lr_warmup_iters + 1),  # (Megatron asserts warm-up < decay; constant: unused)
-        lr_decay_style=spec.lr_decay, start_wd=spec.weight_decay, end_wd=spec.weight_decay, wd_incr_steps=1,
-        wd_incr_style="constant")
-    schedule.step(start)
+        opt, init_lr=0.0, max_lr=spec.lr, min_lr=spec.min_lr, lr_warmup_steps=spec.lr_warmup_iters * gb,
+        lr_decay_steps=max(spec.lr_decay_end, spec.lr_warmup_iters + 1) * gb,  # (Megatron asserts warm-up < decay)
+        lr_decay_style=spec.lr_decay, start_wd=spec.weight_decay, end_wd=spec.weight_decay,
+        wd_incr_steps=max(spec.iters, 1) * gb, wd_incr_style="constant")
+    schedule.step(start * gb)
     return schedule
 
 

@@ -2,11 +2,14 @@
 parallel_state, as Megatron's own training loop initialises them, then the seeds."""
 from __future__ import annotations
 
+import dataclasses
 import os
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from helpers.job import megatron_names
 
 # A collective waiting longer than this fails on the waiting ranks with the backend's own error
 # (JobSpec.collective_timeout_s overrides; the runner's timeout_s/stall_timeout_s are separate).
@@ -42,13 +45,7 @@ def collective_timeout_s(spec) -> float:
 
 def parallel_args(spec, timeout_s: float) -> dict:
     """The arguments of Megatron's `parallel_state.initialize_model_parallel` for this job (also
-    recorded in the run directory's megatron.json)."""
-    return dict(
-        tensor_model_parallel_size=spec.tp,
-        pipeline_model_parallel_size=spec.pp,
-        virtual_pipeline_model_parallel_size=spec.vpp,
-        context_parallel_size=spec.cp,
-        expert_model_parallel_size=spec.ep,
-        expert_tensor_parallel_size=spec.expert_tp,
-        distributed_timeout_minutes=timeout_s / 60,  # Megatron's groups: timedelta(minutes=...) accepts a fraction
-    )
+    recorded in the run directory's megatron.json), with the collective timeout `timeout_s` resolved.
+    Megatron's groups take it as timedelta(minutes=...), which accepts a fraction."""
+    resolved = dataclasses.replace(spec, collective_timeout_s=timeout_s)
+    return megatron_names.core_values(resolved, megatron_names.PARALLEL_STATE)

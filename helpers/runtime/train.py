@@ -84,8 +84,8 @@ def train(worker: Worker) -> None:
         ok, grad_norm, _ = opt.step()  # gradients reduced in forward_backward (finalize_model_grads), clipped
         worker.param_gather.stepped(first=it == start, last=it == spec.iters - 1)
         observer.end(ok, grad_norm)
-        scheduler.step(1)  # every iteration, as a resumed job counts (bf16/fp32 steps are never skipped)
-        checkpoint.maybe_save(worker, it + 1)
+        scheduler.step(spec.global_batch_size)  # in samples, as Megatron-LM counts (never skipped in bf16/fp32)
+        checkpoint.maybe_save(worker, it + 1, scheduler)
         validation.after(it + 1)
     validation.test()
     observer.finish(validation.records)

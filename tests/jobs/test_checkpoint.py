@@ -5,6 +5,9 @@ checkpoints the crash runs leave behind are reused as the matrix's sources."""
 import json
 import math
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +16,7 @@ from helpers.job import checkpoint_dir
 
 N = 2  # iterations before the crash; the straight run does 2N
 # Every job here also follows a learning-rate schedule (warm-up, then cosine decay), which a resumed
-# job must continue where the crashed one stopped: the kit does not save the scheduler, the iteration places it.
+# job must continue where the crashed one stopped (the scheduler counts samples, as Megatron-LM's does).
 SCHEDULE = dict(lr=3e-3, lr_warmup_iters=1, lr_decay="cosine", min_lr=1e-4)
 BATCH = dict(micro_batch=2, global_batch=4, seq_len=32, device="cpu", progress=False, **SCHEDULE)
 RTOL = 1e-5  # fp32 CPU: other layouts reduce in another order (observed <= 2e-7); see test_launch.py
@@ -195,3 +198,51 @@ def test_optimizer_kind_change_needs_load_optimizer_false(trios, runs):
     _, crashed, _ = trios("dp2-distopt")
     with pytest.raises(launch.InvalidJob, match="distributed-optimizer state.*load_optimizer=False"):
         launch.run(**{**BATCH, **runs}, nproc=2, iters=2 * N, load_dir=str(crashed.path / "checkpoints"))
+
+
+# ---- Megatron-LM's own resume reads on the same checkpoints -------------------------------------
+def test_megatron_lm_resumes_the_kit_checkpoint_of_every_layout(sources, out):
+    """Each source run's own megatron-lm.sh plus `--load` through Megatron-LM's parse_args +
+    validate_args, _load_base_checkpoint, check_checkpoint_args and its scheduler's load_state_dict
+    (tests/jobs/megatron_lm_resume.py): TP x PP, DP + distributed optimizer, EP, PP x VPP and CP."""
+    cp = launch.run(**BATCH, cp=2, nproc=2, out=out, iters=N, save_interval=N)
+    runs = {name: Path(root).parent for name, root in {**sources["tiny-gpt"], **sources["tiny-moe"]}.items()}
+    runs["cp2"] = cp.path
+    argv = [str(a) for path in runs.values() for a in (path, launch.RunDir(path).spec.world_size)]
+    done = subprocess.run([sys.executable, str(Path(__file__).with_name("megatron_lm_resume.py")), *argv],
+                          capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    for name, path in runs.items():
+        answer = answers[str(path)]
+        assert "ok" in answer, f"{name}: {answer}"
+        read, spec = answer["ok"], launch.RunDir(path).spec
+        assert read["checkpoint"] == checkpoint_dir.iter_name(N) and read["iteration"] == N, name
+        assert read["consumed_train_samples"] == N * spec.global_batch_size, name
+        assert read["scheduler_num_steps"] == N * spec.global_batch_size, name
+        assert read["lr"] == pytest.approx(scheduled_lr(N + 1, spec.iters), rel=1e-12), name  # the next iteration's
+        assert (read["tensor_model_parallel_size"], read["pipeline_model_parallel_size"],
+                read["data_parallel_size"]) == (spec.tp, spec.pp, spec.dp), name
+        assert read["no_save_rng"], name  # CPU generators: Megatron-LM skips them (megatron_args.py)
+
+
+@pytest.mark.parametrize("name", ["tp2-pp2", "dp2-distopt"])
+def test_the_kit_resumes_what_megatron_lm_saved(name, trios, tmp_path):
+    """The crashed run's iteration-N state written again by Megatron-LM's own save_checkpoint
+    (tests/jobs/megatron_lm_save.py: Megatron-LM's format, the distributed optimizer's state in its
+    default dp_reshardable layout, Megatron-LM's scheduler), then resumed by the kit: the losses of
+    the uninterrupted run, exactly."""
+    straight, crashed, _ = trios(name)
+    theirs = tmp_path / "megatron-lm" / "checkpoints"
+    saved = subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node",
+                            str(crashed.spec.world_size), str(Path(__file__).with_name("megatron_lm_save.py")),
+                            str(crashed.path), str(crashed.path / "checkpoints" / checkpoint_dir.iter_name(N)),
+                            str(theirs)], capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2])
+    assert saved.returncode == 0, saved.stderr[-3000:]
+    assert not (theirs / checkpoint_dir.iter_name(N) / checkpoint_dir.KIT_FILE).exists()  # Megatron-LM's alone
+    resumed = launch.run(**BATCH, **_layout(CRASHES[name]), out=str(tmp_path / "runs"), iters=2 * N,
+                         load_dir=str(theirs))
+    info = json.loads((resumed.path / "resumed.json").read_text())
+    assert info["written_by"] == "Megatron-LM" and info["iteration"] == N and info["optimizer_loaded"]
+    assert info["opt_param_scheduler"]["num_steps"] == N * resumed.spec.global_batch_size
+    assert resumed.losses == straight.losses[N:]  # exact equality, not a tolerance

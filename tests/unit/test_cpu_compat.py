@@ -62,6 +62,22 @@ def test_rng_tracker_forks_the_cpu_generator_and_restores_it(megatron_cpu):
     assert out == "True True"
 
 
+def test_cuda_literals_in_a_recomputed_forward_land_on_cpu(megatron_cpu):
+    """Activation recompute runs forward code inside the backward (Megatron's checkpoint); torch runs
+    an overridable backward call (`loss.backward()`, `torch.autograd.backward`) with the function
+    mode popped, so the layer puts it back on for the autograd engine."""
+    assert _run(megatron_cpu, """
+        from megatron.core import tensor_parallel
+        def forward(x):
+            return x * torch.ones(3, device="cuda")  # as Megatron's default causal mask is made
+        x = torch.ones(3, requires_grad=True)
+        tensor_parallel.checkpoint(forward, False, x).sum().backward()
+        y = torch.ones(3, requires_grad=True)
+        torch.autograd.backward(tensor_parallel.checkpoint(forward, False, y).sum())
+        print(x.grad.tolist(), y.grad.tolist())
+    """) == "[1.0, 1.0, 1.0] [1.0, 1.0, 1.0]"
+
+
 def test_alltoall_split_sizes_become_numpy(megatron_cpu):
     assert _run(megatron_cpu, """
         from megatron.core.transformer.moe import token_dispatcher

@@ -59,9 +59,9 @@ def test_megatron_lm_moe_flags():
 def test_unmodelled_flags_are_named():
     reading = from_megatron.read_megatron_args(
         "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --rotary-base 500000 --log-interval 7 "
-        "--recompute-granularity selective --transformer-impl local --fp16")
+        "--distribute-saved-activations --transformer-impl local --fp16")
     text = reading.message()
-    for named in ("--rotary-base=500000", "--log-interval=7", "--recompute-granularity=selective",
+    for named in ("--rotary-base=500000", "--log-interval=7", "--distribute-saved-activations=True",
                   "--transformer-impl=local",  # a machine choice, named apart
                   "fp16 -> bf16", "position_embedding_type learned_absolute -> rope", "hidden_dropout 0.1 -> 0.0"):
         assert named in text, (named, text)

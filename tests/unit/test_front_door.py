@@ -43,7 +43,7 @@ CODE = ("helpers/", "tests/", "benchmarks/", "launch/", "site/", "notebooks/", "
         "environment.yml")
 BASES = ("", "helpers/", "helpers/job/", "helpers/runtime/")  # the kit, and its two sides
 MEGATRON_LM = {"examples/run_simple_mcore_train_loop.py", "tools/preprocess_data.py", "preprocess_data.py",
-               "pretrain_gpt.py"}
+               "pretrain_gpt.py", "gpt_builders.py", "model_provider.py", "pretrain_hybrid.py"}
 SUFFIXES = "py|md|ipynb|json|toml|sh|sbatch|mjs|yml|yaml|txt|cfg|j2|css|html"
 NOT_AFTER = r"(?<![\w./$<{~-])"
 PATH = re.compile(NOT_AFTER + rf"((?:[\w.-]+/)+[\w.-]+\.(?:{SUFFIXES}))(?![\w/-])")

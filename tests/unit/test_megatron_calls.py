@@ -4,6 +4,8 @@ translation into Megatron-LM's flags (helpers/rundir/megatron_flags.py) and comm
 Megatron-LM's own parser reads the flags back to the same values, and its parse_args +
 validate_args accept or refuse a command (megatron_lm_check.py). The lessons' jobs end to end:
 tests/jobs/test_megatron_lm.py."""
+from pathlib import Path
+
 import pytest
 import torch
 from megatron.core.transformer import TransformerConfig
@@ -92,10 +94,11 @@ def test_the_scripts_arguments_read_back_with_quoted_paths(tmp_path):
                                             "tokenizer": {"name": "byte", "vocab_size": 258}}}
     calls["model"][0]["vocab_size"] = 512
     spec = JobSpec(data="/data dir/all", seq_len=64, save_interval=5, save_dir=str(tmp_path / "my ckpts"))
-    text = megatron_lm.script(calls, spec, tmp_path)
+    text = megatron_lm.script(calls, spec, tmp_path / "a run")
     args = megatron_lm.arguments(text)
     assert args[args.index("--data-path") + 1] == "/data dir/all" and args[args.index("--split") + 1] == "90,5,5"
-    assert args[args.index("--save") + 1] == str(tmp_path / "my ckpts")
+    # Megatron-LM saves into a folder of its own, never the kit's (save_dir or the run's checkpoints/)
+    assert args[args.index("--save") + 1] == str(tmp_path / "a run" / "megatron-lm-checkpoints")
     assert "NullTokenizer" in args and args[args.index("--vocab-size") + 1] == "511"
     assert "# Where the kit's job differs:" in text and "byte tokenizer has no Megatron-LM type" in text
 
@@ -111,3 +114,24 @@ def test_megatron_lm_checks_the_command_in_its_own_process():
     assert (accepted.tensor_model_parallel_size, accepted.data_parallel_size, accepted.world_size) == (2, 2, 4)
     assert accepted.transformer_impl == "transformer_engine"
     assert isinstance(refused, MegatronRefused) and "world size (3) is not divisible" in str(refused)
+
+
+def test_the_script_gives_the_wheels_dataset_folder_a_makefile(tmp_path):
+    """pretrain_gpt.py runs `make` in megatron/core/datasets, which the megatron-core wheel ships without
+    a Makefile: the script writes one with an empty default target where none is, and make then passes."""
+    import subprocess
+    import sys
+
+    calls = _record(_config())
+    calls["model"][0]["vocab_size"] = 512
+    text = megatron_lm.script(calls, JobSpec(), tmp_path)
+    assert all(line in text for line in megatron_lm.DATASET_HELPERS)
+    site = tmp_path / "site"  # an installed megatron-core (Python takes megatron.core from the first regular package)
+    (site / "megatron" / "core" / "datasets").mkdir(parents=True)
+    (site / "megatron" / "core" / "__init__.py").write_text("")
+    guard = "\n".join(["set -euo pipefail", *megatron_lm.DATASET_HELPERS, 'make -s -C "$datasets"', 'echo "$datasets"'])
+    done = subprocess.run(["bash", "-c", guard], capture_output=True, text=True, env={"PYTHONPATH": str(site),
+                          "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(site / "megatron" / "core" / "datasets")
+    assert (site / "megatron" / "core" / "datasets" / "Makefile").is_file()

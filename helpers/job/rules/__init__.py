@@ -21,6 +21,7 @@ the Python API alike:
   hf.py           the Hugging Face folder and export (hf)
   debug.py        log interval, captured tensors, profiler window, injected faults (debug)
   optimizer.py    Adam's betas and eps, weight decay, the data-parallel overlap and buckets (optimizer)
+  recompute.py    activation recompute: Megatron's combinations, the modules the backend builds (recompute)
 What only a running job can see (a node reading different files, a NaN) stays in the worker."""
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 
 from helpers.errors import InvalidJob
 from helpers.job.models import ModelPreset
-from helpers.job.rules import builder, checkpoint, data, debug, fields, hf, optimizer, precision, schedule
+from helpers.job.rules import builder, checkpoint, data, debug, fields, hf, optimizer, precision, recompute, schedule
 from helpers.job.rules.environment import CPU_ONLY, Environment
 from helpers.job.rules.resolve import Resolved, resolve
 from helpers.job.rules.violation import Violation
@@ -65,6 +66,7 @@ def check(resolved: Resolved, env: Environment = CPU_ONLY) -> Checked:
         found += Layout.of(spec, backend=spec.backend if spec.backend in ("local", "te") else "local").validate(
             model, devices)
         found += builder.job(spec, model, env) + precision.check(spec, model, env)
+    found += recompute.check(spec, model, env)
     found += checkpoint.check(spec, model) + data.check(spec, model, resolved.data, resolved.data_error)
     found += debug.check(spec)
     found += optimizer.check(spec)

@@ -1,6 +1,6 @@
-"""Fields with limits of their own: every field with a fixed set of values (the command line
-refuses others itself; the Python API comes here), counts that must be positive, a GPU that is
-there, a model preset that exists. Category "job"."""
+"""Fields with limits of their own: every field with a fixed set of values (or none, where none is
+its default; the command line refuses others itself, the Python API comes here), counts that must
+be positive, a GPU that is there, a model preset that exists. Category "job"."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,9 +13,11 @@ def check(spec, env: Environment) -> list[Violation]:
     v = Found("job")
     for f in dataclasses.fields(spec):
         choices = f.metadata.get("choices")
-        if choices and getattr(spec, f.name) not in choices:
-            v.add(f"{f.name}_choice", f"{f.name} must be one of {', '.join(map(str, choices))}, not "
-                  f"{getattr(spec, f.name)!r}", f"pick one of {', '.join(map(str, choices))}")
+        unset = f.default is None and getattr(spec, f.name) is None  # an optional choice left at none
+        if choices and not unset and getattr(spec, f.name) not in choices:
+            named = ", ".join(map(str, choices)) + (" or none" if f.default is None else "")
+            v.add(f"{f.name}_choice", f"{f.name} must be one of {named}, not {getattr(spec, f.name)!r}",
+                  f"pick one of {named}")
     if spec.nproc is not None and spec.nproc < 1:
         v.add("nproc_positive", f"nproc must be >= 1, not {spec.nproc}", "use at least one process")
     if spec.iters < 0:

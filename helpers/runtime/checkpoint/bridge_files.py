@@ -31,6 +31,7 @@ import os
 
 import torch
 
+from helpers.job import megatron_names
 from helpers.runtime.checkpoint import megatron_args
 
 GPT_PROVIDER = "megatron.bridge.models.gpt_provider.GPTModelProvider"
@@ -104,7 +105,7 @@ def model_section(config, spec, options: dict) -> dict:
         target = MLA_PROVIDER if getattr(config, "multi_latent_attention", False) else GPT_PROVIDER
     section = dataclass_section(config, target, skip={"transformer_layer_spec"})
     names = {f.name for f in dataclasses.fields(config)}
-    gpt = {"vocab_size": options["vocab_size"], "seq_length": spec.seq_len,
+    gpt = {"vocab_size": options["vocab_size"], **megatron_names.bridge_values(spec, ("seq_len",)),
            "position_embedding_type": options["position_embedding_type"], "rotary_base": options["rotary_base"],
            "rotary_percent": options["rotary_percent"], "rope_scaling": options["rope_scaling"],
            "rope_scaling_factor": options["rope_scaling_factor"],
@@ -128,29 +129,31 @@ def model_section(config, spec, options: dict) -> dict:
     return section
 
 
-def run_config(spec, config, model, options: dict, optimizer, ddp, save_root) -> dict:
+def run_config(spec, config, model, options: dict, optimizer, ddp, save_root, tokenizer: dict) -> dict:
     """The ConfigContainer of the run: `optimizer`, `ddp`: the job's OptimizerConfig and
-    DistributedDataParallelConfig (build.py); `save_root`: where its checkpoints go."""
-    tok = megatron_args.tokenizer(spec, model)
+    DistributedDataParallelConfig (build.py); `save_root`: where its checkpoints go; `tokenizer`:
+    Megatron-LM's tokenizer arguments for the run (Bridge's TokenizerConfig shares their names)."""
+    tok, bridge = tokenizer, megatron_names.bridge_values
     return {
         "_target_": f"{CONFIG}.ConfigContainer",
         "model": model_section(config, spec, options),
-        "train": {"_target_": f"{CONFIG}.TrainingConfig", "micro_batch_size": spec.micro_batch,
-                  "global_batch_size": spec.global_batch_size, "train_iters": spec.iters},
+        "train": {"_target_": f"{CONFIG}.TrainingConfig", **bridge(spec, ("micro_batch", "global_batch", "iters"))},
         "optimizer": dataclass_section(optimizer, f"{CONFIG}.OptimizerConfig"),
-        "scheduler": {"_target_": f"{CONFIG}.SchedulerConfig", "lr_decay_style": spec.lr_decay,
-                      "lr_warmup_iters": spec.lr_warmup_iters, "lr_decay_iters": spec.lr_decay_end,
+        "scheduler": {"_target_": f"{CONFIG}.SchedulerConfig",
+                      **bridge(spec, ("lr_decay", "lr_warmup_iters", "lr_decay_iters")),
+                      # Bridge's scheduler holds the weight decay it trains with: constant, the optimizer's
                       "start_weight_decay": spec.weight_decay, "end_weight_decay": spec.weight_decay,
                       "weight_decay_incr_style": "constant"},
         "ddp": dataclass_section(ddp, f"{CONFIG}.DistributedDataParallelConfig"),
         "dataset": None,
         "logger": {"_target_": f"{CONFIG}.LoggerConfig"},
         "tokenizer": {"_target_": "megatron.bridge.training.tokenizers.config.TokenizerConfig", **tok},
-        "checkpoint": {"_target_": f"{CONFIG}.CheckpointConfig", "save": os.path.abspath(save_root),
-                       "save_interval": spec.save_interval, "ckpt_format": "torch_dist", "async_save": False,
-                       "save_optim": True, "save_rng": False,  # the kit's RNG states: megatron_args.py says why
+        "checkpoint": {"_target_": f"{CONFIG}.CheckpointConfig",
+                       megatron_names.bridge_field("save_dir"): os.path.abspath(save_root),
+                       **bridge(spec, ("save_interval",)), "ckpt_format": "torch_dist", "async_save": False,
+                       "save_optim": True, "save_rng": spec.device == "cuda",  # megatron_args.py says why
                        "fully_parallel_save": False, "dist_ckpt_optim_fully_reshardable": spec.dist_opt},
-        "rng": {"_target_": "megatron.training.config.common_config.RNGConfig", "seed": spec.seed},
+        "rng": {"_target_": "megatron.training.config.common_config.RNGConfig", **bridge(spec, ("seed",))},
         "dist": None,
         "mixed_precision": None,
     }

@@ -28,6 +28,7 @@ from helpers.runtime.build import unwrap
 from helpers.runtime.compat import megatron_0_19
 
 MARKER = checkpoint_dir.SEED_MARKER  # written last: a folder without it is an interrupted save
+KIT_RNG = "kit.rng_state"  # every rank's generators (Megatron-LM's own `rng_state` holds DP rank 0's per (PP, TP))
 
 # Callbacks called as callback(event, iteration, rank) midway through a training checkpoint:
 # event "save" once the folder exists and before any shard is written, "load" before any file is
@@ -105,7 +106,7 @@ def _rng_object(rank: int, world: int, state):
     """Every rank's RNG states as one ShardedObject entry per global rank (restored only when the
     layout is unchanged: in another layout a rank's stream has no single predecessor)."""
     from megatron.core.dist_checkpointing.mapping import ShardedObject
-    return ShardedObject("kit.rng_state", state, (world,), (rank,), replica_id=0)
+    return ShardedObject(KIT_RNG, state, (world,), (rank,), replica_id=0)
 
 
 def _rng_state() -> dict:
@@ -124,9 +125,13 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
-def _state_dict(model: list, opt, spec, with_optimizer: bool, is_loading: bool) -> dict:
-    """The sharded state dict Megatron saves/loads: {"model0": ..., "model1": ..., "optimizer": ...}."""
+def _state_dict(model: list, opt, spec, with_optimizer: bool, is_loading: bool, saved_metadata: dict | None = None) -> dict:
+    """The sharded state dict Megatron saves/loads: {"model0": ..., "model1": ..., "optimizer": ...}.
+    Loading, `saved_metadata` is the checkpoint's own content metadata (how its optimizer state is
+    laid out: the kit's, Megatron-LM's or Bridge's choice), which the request must follow."""
     md = _sharding_metadata(spec)
+    if saved_metadata:
+        md = {**saved_metadata, "dp_cp_group": md["dp_cp_group"]}
     state = {f"model{i}": unwrap(m).sharded_state_dict(metadata=md) for i, m in enumerate(model)}
     if with_optimizer and opt is not None:
         if is_loading:
@@ -135,29 +140,35 @@ def _state_dict(model: list, opt, spec, with_optimizer: bool, is_loading: bool) 
     return state
 
 
-def _megatron_common_state(worker, iteration: int) -> dict:
-    """What Megatron-LM keeps in a checkpoint's common state besides the tensors (generate_state_dict
-    in megatron/training/checkpointing.py): its `args`, the format version and the iteration."""
-    from helpers.runtime import build
+def _megatron_common_state(worker, iteration: int, scheduler_state: dict | None) -> tuple[dict, dict]:
+    """What Megatron-LM keeps in a checkpoint's common state besides the tensors (megatron_args.py),
+    and the kit record's note on its `args`."""
+    from helpers.rundir import names
     from helpers.runtime.checkpoint import megatron_args
 
-    spec, model = worker.spec, worker.model_desc
-    options = build.gpt_model_options(worker.config, model, spec.seq_len)
-    return {"args": megatron_args.namespace(spec, worker.config, model, options, iteration),
-            "checkpoint_version": 3.0, "iteration": iteration,
-            "num_floating_point_operations_so_far": megatron_args.floating_point_operations(spec, model, iteration)}
+    spec = worker.spec
+    args = megatron_args.parsed(Path(worker.run_dir) / names.MEGATRON_LM_SCRIPT, spec.world_size)
+    state = megatron_args.common_state(args, spec, worker.model_desc, iteration, scheduler_state,
+                                       on_gpu=worker.device.type == "cuda")
+    return state, megatron_args.saved_args_summary(args)
 
 
 def _bridge_files(worker, root: Path, iteration: int) -> dict[str, bytes]:
-    """run_config.yaml and train_state.pt as Megatron-Bridge writes them (bridge_files.py)."""
+    """run_config.yaml and train_state.pt as Megatron-Bridge writes them (bridge_files.py), with
+    the tokenizer megatron-lm.sh names (the run's megatron.json read by megatron_lm.py's rule)."""
+    import json
+
     import yaml
 
+    from helpers.rundir import megatron_lm, names
     from helpers.runtime import build
     from helpers.runtime.checkpoint import bridge_files
 
     spec, model, config = worker.spec, worker.model_desc, worker.config
+    calls = json.loads((Path(worker.run_dir) / names.MEGATRON).read_text())
+    tokenizer = megatron_lm.tokenizer_arguments(calls, spec)[0]
     run = bridge_files.run_config(spec, config, model, build.gpt_model_options(config, model, spec.seq_len),
-                                  build.optimizer_config(config, spec), build.ddp_config(spec), root)
+                                  build.optimizer_config(config, spec), build.ddp_config(spec), root, tokenizer)
     state = BytesIO()
     torch.save(bridge_files.train_state(spec, model, iteration), state)
     return {checkpoint_dir.RUN_CONFIG: yaml.safe_dump(run, sort_keys=False).encode(),
@@ -170,9 +181,11 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def save(worker, root: Path, iteration: int, extra: dict) -> Path:
+def save(worker, root: Path, iteration: int, extra: dict, scheduler_state: dict | None = None) -> Path:
     """Save the worker's model chunks and optimizer as a training checkpoint (collective: every rank
-    calls), laid out as Megatron-LM and Megatron-Bridge save theirs (helpers/job/checkpoint_dir.py).
+    calls), laid out as Megatron-LM and Megatron-Bridge save theirs (helpers/job/checkpoint_dir.py),
+    with what Megatron-LM's resume reads (megatron_args.py; `scheduler_state`: the learning-rate
+    scheduler's state_dict()).
     The trackers move to it only after every rank has finished writing, so a crash mid-save leaves
     the previous checkpoint current."""
     model, opt, spec, model_desc, beat = worker.model, worker.opt, worker.spec, worker.model_desc, worker.beat
@@ -189,9 +202,10 @@ def save(worker, root: Path, iteration: int, extra: dict) -> Path:
     path.mkdir(parents=True, exist_ok=True)  # node-local save_dir: each node needs its own folder
     _midway("save", iteration, rank)
     beat(f"checkpoint save: writing {path.name}", iteration)
+    common, args_note = _megatron_common_state(worker, iteration, scheduler_state)
     state = _state_dict(model, opt, spec, with_optimizer=True, is_loading=False)
-    state.update(_megatron_common_state(worker, iteration))
-    state["rng_state"] = _rng_object(rank, dist.get_world_size(), _rng_state())
+    state.update(common)
+    state[KIT_RNG] = _rng_object(rank, dist.get_world_size(), _rng_state())
     # verify_integrity: rank 0 writes integrity.json (SHA-256 of every file) after all ranks wrote.
     # content_metadata: how the optimizer state is laid out, which Megatron-LM's and Bridge's loaders
     # read back (load_content_metadata) before they ask for it.
@@ -212,12 +226,12 @@ def save(worker, root: Path, iteration: int, extra: dict) -> Path:
             "iteration": iteration, "layout": spec.layout_record(), "model": model_desc.to_dict(),
             "optimizer": "distributed" if spec.dist_opt else "local",
             "optimizer_format": "fully_reshardable" if spec.dist_opt else "model-space",
-            "lr_scheduler": None,  # the kit trains with a constant lr; nothing to save
+            "lr_scheduler": scheduler_state,  # also Megatron-LM's opt_param_scheduler in the common state
             "data_position": {"next_iteration": iteration, "samples_consumed": iteration * spec.global_batch_size,
                               "source": "synthetic, indexed by iteration"},
             "seed": spec.seed, "global_batch": spec.global_batch_size, "seq_len": spec.seq_len,
             "files": {name: hashlib.sha256(data).hexdigest() for name, data in bridge.items()},  # checked by verify
-            **extra})
+            **args_note, **extra})
         for name, data in bridge.items():  # after the kit's record: a folder with them and without it is not the kit's
             _write_atomic(path / name, data)
         _write_atomic(root / checkpoint_dir.BRIDGE_TRACKER, bridge[checkpoint_dir.TRAIN_STATE])
@@ -227,33 +241,71 @@ def save(worker, root: Path, iteration: int, extra: dict) -> Path:
     return path
 
 
+def _what_megatron_saved(info: dict, common: dict, spec, model_desc) -> dict:
+    """A checkpoint Megatron-LM (or Bridge) wrote: its iteration, optimizer kind and scheduler from
+    its common state, its model's shape checked against this job's (as Megatron-LM's own
+    check_checkpoint_args does), and its position in the data checked against this job's global
+    batch (the kit addresses samples by iteration x global batch)."""
+    from helpers.errors import CheckpointError
+
+    args = common.get("args")
+    info = {**info, "iteration": int(common.get("iteration", info["iteration"]))}
+    if args is None:
+        return info
+    mine = {"num_layers": model_desc.num_layers, "hidden_size": model_desc.hidden_size,
+            "num_attention_heads": model_desc.num_attention_heads}
+    diff = [f"{k}: saved {getattr(args, k, None)!r}, this job {v!r}" for k, v in mine.items()
+            if getattr(args, k, v) != v]
+    if diff:
+        raise CheckpointError(f"checkpoint {info['path']} holds a different model than this job: {'; '.join(diff)}. "
+                              f"Fix: give the job the model that checkpoint was made from, or start without "
+                              f"load_dir.", "model")
+    consumed = getattr(args, "consumed_train_samples", None)
+    if consumed is not None and consumed != info["iteration"] * spec.global_batch_size:
+        raise CheckpointError(
+            f"checkpoint {info['path']} consumed {consumed} training samples by iteration {info['iteration']} "
+            f"(global batch {getattr(args, 'global_batch_size', '?')}); this job's global batch is "
+            f"{spec.global_batch_size}, so it would resume at sample {info['iteration'] * spec.global_batch_size}. "
+            f"Fix: resume with the global batch the checkpoint was trained with.", "layout")
+    if info.get("optimizer") == "unknown":
+        info["optimizer"] = None if getattr(args, "no_save_optim", False) else (
+            "distributed" if getattr(args, "use_distributed_optimizer", False) else "local")
+    return info
+
+
 def load(worker, path: Path, load_optimizer: bool = True) -> dict:
     """Load a training checkpoint into the worker's model (and, with `load_optimizer`, its optimizer)
-    in this layout (collective). Returns its kit record. Resharding (TP/PP/VPP/EP/DP changes) is
-    dist_checkpointing's: each rank asks for its slices."""
+    in this layout (collective). Returns its record (the kit's, or one made from the common state of
+    a checkpoint Megatron-LM or Bridge wrote), with the scheduler state it saved. Resharding
+    (TP/PP/VPP/EP/DP changes) is dist_checkpointing's: each rank asks for its slices."""
     model, opt, spec, model_desc, beat = worker.model, worker.opt, worker.spec, worker.model_desc, worker.beat
 
     info = checkpoint_dir.verify(path, model_desc.to_dict())
     ckpt = Path(info["path"])
+    common = dist_checkpointing.load_common_state_dict(str(ckpt))
+    if info.get("written_by"):  # not the kit's
+        info = _what_megatron_saved(info, common, spec, model_desc)
     rank = dist.get_rank()
     _midway("load", info["iteration"], rank)
     beat(f"checkpoint load: reading {ckpt.name}", info["iteration"])
     with_opt = load_optimizer and opt is not None
     checkpoint_dir.check_optimizer(info, spec.dist_opt, with_opt)
     same_layout = info["layout"] == spec.layout_record()
-    request = _state_dict(model, opt, spec, with_optimizer=with_opt, is_loading=True)
+    request = _state_dict(model, opt, spec, with_optimizer=with_opt, is_loading=True,
+                          saved_metadata=dist_checkpointing.load_content_metadata(preloaded_state_dict=common))
     if same_layout:
-        request["rng_state"] = _rng_object(rank, dist.get_world_size(), None)
+        request[KIT_RNG] = _rng_object(rank, dist.get_world_size(), None)
     state = dist_checkpointing.load(request, str(ckpt))
     for i, m in enumerate(model):
         unwrap(m).load_state_dict(state[f"model{i}"], strict=True)
     if with_opt:
-        with megatron_0_19.keep_torch_adam_step():
+        # no_grad: the distributed optimizer's dp_reshardable format (Megatron-LM's default) copies into
+        # its main parameters in place; in fp32 those are the model's own leaf parameters
+        with megatron_0_19.keep_torch_adam_step(), torch.no_grad():
             opt.load_state_dict(state["optimizer"])
         megatron_0_19.unshare_adam_steps(opt)
     if same_layout:
-        _set_rng_state(state["rng_state"])
+        _set_rng_state(state[KIT_RNG])
     beat(f"checkpoint loaded: {ckpt.name}", info["iteration"])
-    return {**info, "rng_restored": same_layout, "optimizer_loaded": with_opt}
-
-
+    return {**info, "rng_restored": same_layout, "optimizer_loaded": with_opt,
+            "opt_param_scheduler": common.get("opt_param_scheduler")}

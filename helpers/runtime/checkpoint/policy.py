@@ -29,15 +29,16 @@ def resume(worker) -> int:
     return info["iteration"]
 
 
-def maybe_save(worker, iteration: int) -> None:
+def maybe_save(worker, iteration: int, scheduler) -> None:
     """Save every spec.save_interval iterations and after the last one, with the fixed batch's
-    loss (a reload into any other layout must reproduce it)."""
+    loss (a reload into any other layout must reproduce it) and the learning-rate scheduler's
+    state (Megatron's OptimizerParamScheduler, which Megatron-LM's resume loads)."""
     spec = worker.spec
     if not spec.save_interval or (iteration % spec.save_interval and iteration != spec.iters):
         return
     worker.param_gather.now()  # overlap_param_gather: every replica's weights updated before they are read
     loss = fixed_batch_loss(worker)
-    io.save(worker, save_root(worker), iteration, {"eval_loss": loss})
+    io.save(worker, save_root(worker), iteration, {"eval_loss": loss}, scheduler.state_dict())
 
 
 def evaluate_only(worker) -> None:

@@ -58,6 +58,19 @@ def _set_rng_state(new_state, *args, **kwargs):
     torch.set_rng_state(new_state)
 
 
+_ORIGINAL_ENGINE_RUN = torch.autograd._engine_run_backward
+
+
+def _engine_run_backward(*args, **kwargs):
+    """`loss.backward()` and `torch.autograd.backward/grad` are overridable calls: torch hands them
+    to the function mode below and pops that mode while it runs them, so the whole backward would
+    run without the redirections. Activation recompute runs forward code there (Megatron's
+    checkpoint re-runs a layer, and the local attention builds its causal mask with a `cuda`
+    literal), so the mode goes back on for the autograd engine."""
+    with _CudaToCpu():
+        return _ORIGINAL_ENGINE_RUN(*args, **kwargs)
+
+
 _ORIGINAL_TYPE = torch.Tensor.type
 _CUDA_TYPE_NAMES = {torch.float32: "torch.cuda.FloatTensor", torch.float16: "torch.cuda.HalfTensor",
                     torch.bfloat16: "torch.cuda.BFloat16Tensor"}
@@ -127,8 +140,9 @@ def activate() -> None:
     token_dispatcher.maybe_move_tensor_to_cpu = move_to_cpu
     # Uneven all_gather (MoE token gather across ETP ranks) is padded to equal shapes for gloo.
     torch.distributed.all_gather = _all_gather_uneven
-    # `device="cuda"` literals: one global function mode maps them to the CPU.
+    # `device="cuda"` literals: one global function mode maps them to the CPU, in the backward too.
     _CudaToCpu().__enter__()
+    torch.autograd._engine_run_backward = _engine_run_backward
     _ACTIVE = True
 
 

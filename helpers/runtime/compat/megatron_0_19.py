@@ -49,8 +49,18 @@ def unshare_adam_steps(opt) -> None:
     """Megatron-Core 0.19.2's distributed optimizer, on torch's Adam, restores `step` as ONE tensor
     shared by every parameter's state; torch's Adam increments each parameter's `step` in place, so
     the shared counter advanced once per parameter per iteration and the second update after a
-    resume used wrong bias corrections. Give each parameter its own copy."""
+    resume used wrong bias corrections. Give each parameter its own copy. And from a checkpoint in
+    the distributed optimizer's dp_reshardable format (Megatron-LM's default) the per-parameter
+    `step` keeps the dummy value ensure_optimizer_state gave it, while the param groups hold the
+    saved step: the groups' step is the one to continue from."""
     for o in getattr(opt, "chained_optimizers", [opt]):
-        for state in o.optimizer.state.values():
-            if isinstance(state.get("step"), torch.Tensor):
-                state["step"] = state["step"].clone()
+        for group in o.optimizer.param_groups:
+            for param in group["params"]:
+                state = o.optimizer.state.get(param, {})
+                step = state.get("step")
+                if not isinstance(step, torch.Tensor):
+                    continue
+                if group.get("step") is not None:
+                    state["step"] = torch.full_like(step, float(group["step"]))
+                else:
+                    state["step"] = step.clone()

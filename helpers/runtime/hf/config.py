@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from helpers.job import families
+from helpers.job import families, megatron_names
 from helpers.job.spec import JobSpec
 
 # Provider fields Bridge's model classes turn on that need CUDA kernels or TE (Llama enables the
@@ -48,9 +48,9 @@ def provider_config(bridge, spec: JobSpec, on_cpu: bool, bf16: bool):
     provider = bridge.to_megatron_provider(load_weights=False)
     overrides = {**build.job_fields(spec, on_cpu, bf16), **PROVIDER_OVERRIDES,
                  "attention_backend": AttnBackend.local,
-                 "seq_length": spec.seq_len}  # the DeepSeek bridge hard-codes 4096
+                 **megatron_names.bridge_values(spec, ("seq_len",))}  # the DeepSeek bridge hard-codes 4096
     if provider.num_moe_experts:
-        overrides["moe_token_dispatcher_type"] = spec.moe_dispatcher
+        overrides.update(build.moe_job_fields(spec))
     if getattr(provider, "position_embedding_type", None) == "yarn" and \
             getattr(provider, "yarn_correction_range_round_to_int", None) is None:
         # transformers' YaRN rounds its correction range unless config.json says truncate=false;

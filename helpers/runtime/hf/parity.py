@@ -202,15 +202,14 @@ def check_layout(spec: JobSpec, built: tuple, reference: Reference, ids: torch.T
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
-    from helpers.runtime import build
+    from helpers.runtime import build, setup
     from helpers.runtime.checkpoint import io as checkpoint_io
     from helpers.runtime.hf import config as hf_import
     from helpers.runtime.hf import weights as hf_weights
 
     release_groups()
     ps.destroy_model_parallel()
-    ps.initialize_model_parallel(tensor_model_parallel_size=spec.tp, pipeline_model_parallel_size=spec.pp,
-                                 expert_model_parallel_size=spec.ep, expert_tensor_parallel_size=spec.expert_tp)
+    ps.initialize_model_parallel(**setup.parallel_args(spec, setup.collective_timeout_s(spec)))
     model_parallel_cuda_manual_seed(spec.seed)
     model, hf = built
     bridge = hf_import.open_bridge(hf)

@@ -4,9 +4,10 @@ once (te_standin.training_config_imports: no Transformer Engine or megatron-ener
 forks a child per recipe, which imports the file, calls its config(), runs Bridge's
 `runtime_config_update` on it (what `pretrain` does before it initializes anything: the mixed
 precision applied, the data-parallel size, `ConfigContainer.validate()` with the provider's own
-checks) and reports what the ConfigContainer holds: the provider's class, layer spec and parallel
-sizes, the batch sizes and data-parallel size, the dataset, tokenizer and precision. A child per recipe: each recipe is a fresh module, and nothing
-one config() sets reaches the next.
+checks) and reports what the ConfigContainer holds: the provider's class, layer spec, parallel sizes
+and activation recompute, the batch sizes and data-parallel size, the dataset, tokenizer and
+precision. A child per recipe: each recipe is a fresh module, and nothing one config() sets reaches
+the next.
 
     python -m helpers.runtime.hf.recipe_check   # stdin: [{"path": "<run dir>/bridge_recipe.py", "world_size": 4}, ...]"""
 from __future__ import annotations
@@ -19,7 +20,8 @@ SIZES = ("tensor_model_parallel_size", "pipeline_model_parallel_size", "virtual_
          "context_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size", "sequence_parallel",
          "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage")
 MODEL = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size", "vocab_size",
-         "seq_length", "num_moe_experts", "normalization", "gated_linear_unit")
+         "seq_length", "num_moe_experts", "normalization", "gated_linear_unit", "recompute_granularity",
+         "recompute_method", "recompute_num_layers", "recompute_modules")
 
 
 def summary(cfg) -> dict:
@@ -56,8 +58,18 @@ def _check_in_child(path: str, world_size: int) -> dict:
     return summary(cfg)
 
 
+def _checked(path: str, world_size: int) -> dict:
+    """In the forked child: the recipe checked with Bridge's training-config imports in place."""
+    from helpers.runtime.hf import te_standin
+
+    with te_standin.training_config_imports():
+        return _check_in_child(path, world_size)
+
+
 def main() -> None:
     import warnings
+
+    from helpers.job import forked
 
     warnings.simplefilter("ignore")
     import megatron.core  # noqa: F401  (before Bridge: the TE stand-in relies on it)
@@ -69,23 +81,8 @@ def main() -> None:
         import megatron.bridge.training.config  # noqa: F401
     results = []
     for item in json.loads(sys.stdin.read()):
-        read, write = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(read)
-            try:
-                with te_standin.training_config_imports():
-                    result = _check_in_child(item["path"], item["world_size"])
-            except BaseException as e:  # Bridge's own errors: their message is the answer
-                result = {"error": f"{type(e).__name__}: {e}"}
-            with os.fdopen(write, "w") as f:
-                f.write(json.dumps(result, default=str))
-            os._exit(0)
-        os.close(write)
-        with os.fdopen(read) as f:
-            text = f.read()
-        os.waitpid(pid, 0)
-        results.append(json.loads(text) if text else {"error": "the checking process died without an answer"})
+        result = forked.call(_checked, item["path"], item["world_size"])
+        results.append(json.loads(json.dumps(result, default=str)))
     print(json.dumps(results))
 
 

@@ -115,6 +115,7 @@ def record(worker) -> dict:
 
 def calls_record(spec, config, chunks: list[dict], ddp_config, optimizer_config, schedule: str, data: dict) -> dict:
     """The record from the objects the job built (or would build: `planned`)."""
+    from helpers.job import megatron_names
     from helpers.runtime.setup import collective_timeout_s, parallel_args
 
     return {
@@ -122,14 +123,11 @@ def calls_record(spec, config, chunks: list[dict], ddp_config, optimizer_config,
         "TransformerConfig": {"class": f"{type(config).__module__}.{type(config).__name__}",
                               "fields": non_defaults(config)},
         "model": chunks,
-        "transformer_impl": "transformer_engine" if spec.backend == "te" else "local",
+        "transformer_impl": megatron_names.of_kit("backend").megatron_value(spec),
         "DistributedDataParallelConfig": non_defaults(ddp_config),
         "OptimizerConfig": non_defaults(optimizer_config) if optimizer_config is not None else {},
         "get_forward_backward_func": schedule,
-        "batch": {"micro_batch_size": spec.micro_batch, "global_batch_size": spec.global_batch_size,
-                  "seq_length": spec.seq_len, "train_iters": spec.iters, "lr": spec.lr, "min_lr": spec.min_lr,
-                  "lr_warmup_iters": spec.lr_warmup_iters, "lr_decay_style": spec.lr_decay,
-                  "seed": spec.seed},
+        "batch": megatron_names.core_values(spec, megatron_names.BATCH),
         "data": data,
     }
 

@@ -41,7 +41,10 @@ class RouterLog:
             router.register_forward_hook(self._hook)
 
     def _hook(self, router, inputs, output) -> None:
-        if self._iteration is None or not router.training:
+        # Activation recompute routes each token twice: first under no_grad (Megatron's checkpoint
+        # keeps only the inputs), then again in the backward with gradients on; Megatron's router
+        # records its aux loss only in the second (torch.is_grad_enabled()), and so do these counts
+        if self._iteration is None or not router.training or not torch.is_grad_enabled():
             return
         _, routing_map = output
         counts = routing_map.detach().sum(dim=0).to("cpu", torch.int64)
