@@ -138,8 +138,11 @@ SPEC_NAMES = (
     Name("collective_timeout_s", "distributed_timeout_minutes", (L,), bridge="dist.distributed_timeout_minutes",
          to_megatron=lambda s: s / 60, to_kit=lambda m: m * 60, reads_back=False),
     # ---- data-parallel communication and the optimizer
-    Name(None, "grad_reduce_in_fp32", (DDP,), lm="accumulate_allreduce_grads_in_fp32",
-         bridge="ddp.grad_reduce_in_fp32", resolved=lambda spec: True, reads_back=False),
+    # Megatron-LM's validate_args turns accumulate_allreduce_grads_in_fp32 on for --bf16 unless
+    # --grad-reduce-in-bf16 (read back from both: launch/from_megatron.py; the switch: rundir/megatron_flags.py)
+    Name("grad_reduce_dtype", "grad_reduce_in_fp32", (DDP,), lm="accumulate_allreduce_grads_in_fp32",
+         bridge="ddp.grad_reduce_in_fp32", to_megatron=lambda dtype: dtype == "fp32",
+         to_kit=lambda fp32: "fp32" if fp32 else "bf16"),
     Name("overlap_grad_reduce", "overlap_grad_reduce", (DDP,), bridge="ddp.overlap_grad_reduce",
          to_megatron=_on, to_kit=_on_off),
     Name("overlap_param_gather", "overlap_param_gather", (DDP, OPT), bridge="ddp.overlap_param_gather",

@@ -20,6 +20,7 @@ BACKENDS = ("auto", "local", "te")  # local: Megatron's local layer spec + the k
 ATTENTION_KINDS = ("auto", "sdpa", "megatron_local", "transformer_engine")
 LR_DECAYS = ("constant", "linear", "cosine")  # Megatron's OptimizerParamScheduler styles the kit offers
 OVERLAP = ("auto", "on", "off")  # overlap_grad_reduce, overlap_param_gather
+GRAD_REDUCE_DTYPES = ("fp32", "bf16")  # the DDP gradient buffer (Megatron's grad_reduce_in_fp32)
 FP8_RECIPES = ("tensorwise", "rowwise", "delayed")  # helpers/precision/fp8_matmul.py
 PER_TENSOR_FP8_RECIPES = ("tensorwise", "delayed")  # one scale per tensor: the same GEMMs and saved tensors
 TENSORBOARD = ("auto", "on", "off")
@@ -70,6 +71,9 @@ class JobSpec(ParallelSizes):
     ddp_bucket_size: int | None = knob(None, "parameters per gradient bucket with overlap_grad_reduce (each bucket "
                                        "is reduced as soon as its gradients are ready); none = Megatron's "
                                        "max(40M, 1M x DP x CP)")
+    grad_reduce_dtype: str = knob("fp32", "dtype of the gradient buffers, accumulated and reduced over the data-"
+                                  "parallel ranks: fp32 (Megatron-LM's for bf16), or bf16 (--grad-reduce-in-bf16: "
+                                  "half the bytes and traffic; bf16 and fp8 jobs only)", choices=GRAD_REDUCE_DTYPES)
     seed: int = knob(1234, "random seed: initial weights, synthetic data")
     moe_dispatcher: str = knob("alltoall", "MoE token dispatcher", choices=("alltoall", "allgather"))
     backend: str = knob("auto", "layer implementation: auto = Megatron's Transformer Engine spec when "

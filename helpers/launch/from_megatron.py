@@ -37,8 +37,12 @@ COMBINED = {"num_query_groups", "group_query_attention", "gated_linear_unit", "a
             "max_position_embeddings", "vocab_size", "padded_vocab_size", "moe_layer_freq", "bf16", "fp16",
             "position_embedding_type", "hidden_dropout", "attention_dropout", "mock_data", "data_path",
             "start_weight_decay", "end_weight_decay", "weight_decay_incr_style", "mixed_precision",
-            "recompute_activations"}
+            "recompute_activations", "grad_reduce_in_bf16", "train_samples", "lr_warmup_samples",
+            "lr_decay_samples", "lr_warmup_fraction"}
 KIT_BUILDS = {"position_embedding_type": "rope", "hidden_dropout": 0.0, "attention_dropout": 0.0}
+# Values that change the model's numbers (its initial weights, RoPE frequencies, the norms' stored
+# weight) but neither its memory nor its time: named apart from the ignored ones.
+NUMBERS = {"rotary_base", "init_method_std", "apply_layernorm_1p", "layernorm_zero_centered_gamma"}
 # Megatron-LM's MLA sizes have defaults (kv_lora_rank 32, ...) that a model without MLA must not take.
 MLA_MODEL = {n.core for n in MODEL_ROWS if n.model_kind == "mla"}
 
@@ -50,6 +54,7 @@ class Reading:
     fields: dict  # JobSpec keywords (model_overrides: the whole model)
     ignored: dict = field(default_factory=dict)  # name -> value: set away from Megatron's default, not modelled
     machine: dict = field(default_factory=dict)  # name -> value: kernels and backends the kit picks per machine
+    numbers: dict = field(default_factory=dict)  # name -> value: the model's numbers (NUMBERS), not modelled
     changed: list = field(default_factory=list)  # "what -> what the kit trains instead"
 
     def spec(self, **overrides) -> JobSpec:
@@ -61,6 +66,9 @@ class Reading:
         if self.ignored:
             parts.append("ignored (the kit does not model them): "
                          + ", ".join(f"{k}={_short(v)}" for k, v in self.ignored.items()))
+        if self.numbers:
+            parts.append("not modelled (changes the model's numbers, not memory or time): "
+                         + ", ".join(f"{k}={_short(v)}" for k, v in self.numbers.items()))
         if self.changed:
             parts.append("trained differently: " + "; ".join(self.changed))
         if self.machine:
@@ -84,6 +92,11 @@ def _read(values: dict, given: dict, source: str, label: str) -> Reading:
     for n in SPEC_ROWS:
         if v(n.core) is not None:
             fields[n.kit] = n.kit_from(v(n.core))
+    if fields.get("sp") and fields.get("tp", 1) == 1:  # Megatron-LM's validate_args does the same
+        fields["sp"] = False
+        changed.append("sequence_parallel True -> False at tensor_model_parallel_size 1 (Megatron-LM turns it off: "
+                       "no tensor-parallel group to split the sequence over)")
+    _samples(fields, v, changed)
     _recompute(fields, v("recompute_activations"), changed)
     if fields.get("lr_decay") not in LR_DECAYS:
         changed.append(f"lr_decay_style {fields.pop('lr_decay', None)} -> {JobSpec.lr_decay} (the kit's: "
@@ -93,6 +106,8 @@ def _read(values: dict, given: dict, source: str, label: str) -> Reading:
     if v("fp16"):
         changed.append("fp16 -> bf16 (the kit trains bf16 or fp32)")
     fields["precision"] = "bf16" if v("bf16") or v("fp16") else "fp32"
+    if fields["precision"] == "fp32":
+        fields.pop("grad_reduce_dtype", None)  # fp32 gradients whatever the DDP setting says
     if isinstance(v("data_path"), list) and len(v("data_path")) == 1:
         fields["data"] = v("data_path")[0]  # one indexed-dataset prefix
     elif v("data_path"):
@@ -137,8 +152,38 @@ def _read(values: dict, given: dict, source: str, label: str) -> Reading:
     used = set(SPEC) | set(MODEL) | COMBINED | DERIVED
     unused = {k: (core, x) for k, (core, x) in given.items() if core not in used}
     fields["model_overrides"] = model
-    return Reading(source, fields, ignored={k: x for k, (core, x) in unused.items() if core not in MACHINE},
-                   machine={k: x for k, (core, x) in unused.items() if core in MACHINE}, changed=changed)
+    return Reading(source, fields,
+                   ignored={k: x for k, (core, x) in unused.items() if core not in MACHINE and core not in NUMBERS},
+                   machine={k: x for k, (core, x) in unused.items() if core in MACHINE},
+                   numbers={k: x for k, (core, x) in unused.items() if core in NUMBERS}, changed=changed)
+
+
+def _samples(fields: dict, v, changed: list) -> None:
+    """A schedule counted in samples, as iterations: Megatron-LM's update_train_iters divides
+    --train-samples by the global batch (no batch ramp-up), and its scheduler counts the warm-up
+    and decay samples against the samples consumed, so each is that many global batches. A
+    --lr-warmup-fraction is that share of the decay (OptimizerParamScheduler's warm-up steps)."""
+    batch = fields.get("global_batch")
+    if v("train_samples") and v("train_iters") is None:
+        if batch:
+            fields["iters"] = v("train_samples") // batch
+            changed.append(f"train_samples {v('train_samples')} -> {fields['iters']} iterations of {batch} "
+                           "sequences (Megatron-LM's update_train_iters)")
+        else:
+            changed.append(f"train_samples {v('train_samples')} -> iters {JobSpec.iters} (no global batch size "
+                           "to divide by: give --global-batch-size)")
+    for name, kit in (("lr_warmup_samples", "lr_warmup_iters"), ("lr_decay_samples", "lr_decay_iters")):
+        if v(name) and batch:
+            fields[kit] = v(name) // batch
+            changed.append(f"{name} {v(name)} -> {kit} {fields[kit]} (global batches of {batch})")
+        elif v(name):
+            changed.append(f"{name} {v(name)} -> {kit} {fields.get(kit, getattr(JobSpec, kit))} (no global "
+                           "batch size to divide by)")
+    if v("lr_warmup_fraction") is not None:
+        end = next((fields[k] for k in ("lr_decay_iters", "iters") if fields.get(k) is not None), JobSpec.iters)
+        fields["lr_warmup_iters"] = math.floor(round(v("lr_warmup_fraction") * end, 6))  # 0.29 * 100 = 28.999...
+        changed.append(f"lr_warmup_fraction {v('lr_warmup_fraction')} -> lr_warmup_iters "
+                       f"{fields['lr_warmup_iters']} (of a decay over {end} iterations)")
 
 
 def _recompute(fields: dict, recompute_activations: bool, changed: list) -> None:
@@ -200,6 +245,9 @@ def read_megatron_args(text: str) -> Reading:
     options = {a.dest: max(a.option_strings, key=len) for a in parser._actions if a.option_strings}
     given = {options[d]: (_core(d), x) for d, x in vars(args).items() if x != defaults.get(d)}
     values = {_core(name): value for name, value in vars(args).items()}
+    if args.bf16:  # validate_args: bf16 gradients accumulated and reduced in fp32 unless --grad-reduce-in-bf16
+        values["grad_reduce_in_fp32"] = not args.grad_reduce_in_bf16 and (
+            args.accumulate_allreduce_grads_in_fp32 or str(args.main_grads_dtype) in ("fp32", "torch.float32"))
     if args.tokenizer_type == "NullTokenizer" and args.vocab_size:  # +1 end-of-document, padded to divisor x TP
         values["padded_vocab_size"] = _up(args.vocab_size + 1, args.make_vocab_size_divisible_by
                                           * args.tensor_model_parallel_size)
@@ -239,6 +287,10 @@ def read_bridge_recipe(target: str) -> Reading:
     mixed = getattr(cfg, "mixed_precision", None)
     values["bf16"] = "bf16" in str(mixed) or bool(values.get("bf16"))
     values["fp16"] = "fp16" in str(mixed) or bool(values.get("fp16"))
+    if mixed is not None:  # its setup() overrides the DDP config's gradient dtype
+        from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+        values["grad_reduce_in_fp32"] = get_mixed_precision_config(mixed).grad_reduce_in_fp32
     values["seq_length"] = getattr(cfg.model, "seq_length", None) or getattr(cfg.dataset, "seq_length", None)
     values["max_position_embeddings"] = values["seq_length"]
     given.pop("model.hf_model_id", None)  # where the provider's config.json came from

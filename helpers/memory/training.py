@@ -22,7 +22,7 @@ class Training:
     recompute_method: str | None = None
     recompute_num_layers: int | None = None
     recompute_modules: tuple[str, ...] | None = None
-    grad_reduce_in_fp32: bool = True  # the kit's DDP setting (helpers/runtime/build.py)
+    grad_reduce_in_fp32: bool = True  # the DDP gradient buffers' dtype (JobSpec.grad_reduce_dtype; fp32 jobs: fp32)
     # Elements per gradient bucket with overlap_grad_reduce (JobSpec.overlap_bucket_size); None: one
     # bucket. The distributed optimizer pads every bucket, and each rank owns a slice of each.
     bucket_size: int | None = None
@@ -72,5 +72,6 @@ class Training:
                    recompute=spec.recompute_granularity or "none", recompute_method=spec.recompute_method,
                    recompute_num_layers=spec.recompute_num_layers, recompute_modules=modules,
                    bucket_size=spec.overlap_bucket_size if overlap else None,
+                   grad_reduce_in_fp32=spec.grad_reduce_dtype == "fp32",
                    attention=attention_of(spec.attention, "te" if spec.backend == "te" else "local"),
                    fused_cross_entropy=spec.device == "cuda")

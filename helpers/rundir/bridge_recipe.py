@@ -181,6 +181,10 @@ def recipe(calls: dict, spec, run_dir: Path) -> str:
     if spec.eval_only or spec.iters == 0:  # validation only: the kit validates before the first step and stops
         validation[megatron_names.bridge_field("eval_only")] = True
         scheduler[decay_iters] = 1  # never stepped; Bridge asks for a decay of at least one step
+    mixed = '"bf16_mixed"'  # its grad_reduce_in_fp32=True overrides the DDP config's
+    if spec.grad_reduce_dtype == "bf16":
+        mixed = "dataclasses.replace(bf16_mixed(), grad_reduce_in_fp32=False)"
+        imports = [*imports, "import dataclasses", "from megatron.bridge.training.mixed_precision import bf16_mixed"]
     differs = notes + [n for n in lm_notes if not n.startswith(("weights:", "data: the kit's synthetic", "fp8:",
                                                                  "vocabulary:"))]
     if spec.precision == "fp8":
@@ -239,7 +243,7 @@ def recipe(calls: dict, spec, run_dir: Path) -> str:
         f"        checkpoint={_checkpoint(spec, run_dir)},",
         f"        logger=LoggerConfig({_call_args(megatron_names.bridge_values(spec, ('log_interval',)))}),",
         f"        rng=RNGConfig({_call_args(megatron_names.bridge_values(spec, ('seed',)))}),",
-        '        mixed_precision="bf16_mixed",',
+        f"        mixed_precision={mixed},",
         "    )",
         "",
         "",

@@ -81,6 +81,8 @@ def _data(calls: dict, spec) -> tuple[dict, list[str]]:
 
 def _precision(calls: dict, spec) -> tuple[dict, list[str]]:
     out, notes = {"bf16": True}, []
+    if spec.grad_reduce_dtype == "bf16":  # else validate_args accumulates and reduces bf16 gradients in fp32
+        out["grad_reduce_in_bf16"] = True
     if not spec.bf16:
         notes.append(f"precision: the kit's job computed in {spec.precision}; on GPUs this command trains in bf16")
     if spec.precision == "fp8":

@@ -66,6 +66,29 @@ def test_unmodelled_flags_are_named():
                   "fp16 -> bf16", "position_embedding_type learned_absolute -> rope", "hidden_dropout 0.1 -> 0.0"):
         assert named in text, (named, text)
     assert reading.spec().precision == "bf16"
+    assert "not modelled (changes the model's numbers, not memory or time): --rotary-base=500000" in text
+    assert "--rotary-base" not in reading.ignored and reading.numbers == {"--rotary-base": 500000}
+
+
+def test_grad_reduce_in_bf16_is_read_as_megatron_lm_validates_it():
+    """validate_args: --bf16 accumulates and reduces gradients in fp32 unless --grad-reduce-in-bf16;
+    an fp32 run's gradients are fp32 whatever the flags."""
+    model = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 128 "
+    read = from_megatron.read_megatron_args
+    assert read(model + "--bf16").spec().grad_reduce_dtype == "fp32"
+    bf16 = read(model + "--bf16 --grad-reduce-in-bf16")
+    assert bf16.spec().grad_reduce_dtype == "bf16" and "grad-reduce" not in bf16.message()
+    assert read(model + "--bf16 --accumulate-allreduce-grads-in-fp32").spec().grad_reduce_dtype == "fp32"
+    assert read(model + "--grad-reduce-in-bf16").spec().grad_reduce_dtype == "fp32"  # fp32 run
+
+
+def test_bf16_gradient_buffers_need_a_bf16_job():
+    from helpers.job import rules
+
+    for precision, refused in (("fp32", True), ("bf16", False)):
+        spec = JobSpec(device="cpu", precision=precision, grad_reduce_dtype="bf16")
+        codes = {v.name for v in rules.check(rules.resolve(spec, rules.CPU_ONLY)).violations}
+        assert ("grad_reduce_bf16_needs_bf16" in codes) is refused, codes
 
 
 def test_flag_megatron_lm_lacks_is_refused():
@@ -155,3 +178,38 @@ def test_cli_plans_a_megatron_lm_command_without_starting_it(tmp_path):
     assert "ignored (the kit does not model them): --log-interval=5" in lines[1]
     assert lines[-1].startswith("memory plan on 16 x NVIDIA H100 SXM 80GB") and "fits" in lines[-1]
     assert not any(tmp_path.iterdir())  # nothing started
+
+
+def test_a_schedule_in_samples_is_read_as_iterations():
+    """Megatron-LM's update_train_iters: --train-samples // global batch (no ramp-up); the warm-up and
+    decay samples are as many global batches; --lr-warmup-fraction is that share of the decay."""
+    model = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 128 --global-batch-size 128 "
+    reading = from_megatron.read_megatron_args(
+        model + "--train-samples 1953125000 --lr-warmup-samples 3906252 --lr-decay-samples 1949218748")
+    spec = reading.spec()
+    assert (spec.iters, spec.lr_warmup_iters, spec.lr_decay_iters) == (15258789, 30517, 15228271)
+    assert "train_samples 1953125000 -> 15258789 iterations of 128 sequences" in reading.message()
+    assert "--train-samples" not in reading.ignored and "--lr-warmup-samples" not in reading.ignored
+    fraction = from_megatron.read_megatron_args(model + "--train-iters 500 --lr-decay-iters 320 --lr-warmup-fraction 0.01")
+    assert (fraction.spec().iters, fraction.spec().lr_warmup_iters, fraction.spec().lr_decay_iters) == (500, 3, 320)
+    assert "lr_warmup_fraction 0.01 -> lr_warmup_iters 3" in fraction.message()
+    assert from_megatron.read_megatron_args(model + "--train-iters 100 --lr-warmup-fraction 0.29").spec() \
+        .lr_warmup_iters == 29  # of the decay over all 100 iterations
+
+
+def test_sequence_parallel_at_tp1_is_turned_off_as_megatron_lm_does():
+    model = "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 128 --sequence-parallel "
+    reading = from_megatron.read_megatron_args(model)
+    assert reading.spec().sp is False
+    assert "sequence_parallel True -> False at tensor_model_parallel_size 1" in reading.message()
+    tp2 = from_megatron.read_megatron_args(model + "--tensor-model-parallel-size 2")
+    assert tp2.spec().sp is True and "sequence_parallel" not in tp2.message()
+
+
+def test_the_models_numbers_are_named_not_modelled():
+    reading = from_megatron.read_megatron_args(
+        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 128 --rotary-base 1000000 "
+        "--init-method-std 0.0134 --apply-layernorm-1p")
+    assert reading.numbers == {"--rotary-base": 1000000, "--init-method-std": 0.0134, "--apply-layernorm-1p": True}
+    assert not set(reading.numbers) & set(reading.ignored)
+    assert "ignored" not in reading.message() and "not modelled" in reading.message()

@@ -135,3 +135,22 @@ def test_the_script_gives_the_wheels_dataset_folder_a_makefile(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(site / "megatron" / "core" / "datasets")
     assert (site / "megatron" / "core" / "datasets" / "Makefile").is_file()
+
+
+def test_bf16_gradient_buffers_carry_into_megatron_lm_and_bridge(tmp_path):
+    """grad_reduce_dtype='bf16': DDP's grad_reduce_in_fp32 off, --grad-reduce-in-bf16 in the command (else
+    Megatron-LM's validate_args turns fp32 accumulation on for --bf16) and Bridge's bf16_mixed with
+    grad_reduce_in_fp32=False (its setup() overrides the DDP config's); the default adds neither."""
+    from helpers.rundir import bridge_recipe
+
+    base = JobSpec(nproc=2, device="cpu", precision="bf16", seq_len=32, iters=1)
+    for dtype, fp32 in (("fp32", True), ("bf16", False)):
+        spec = JobSpec(**{**base.__dict__, "grad_reduce_dtype": dtype})
+        calls = megatron_calls.planned(spec)
+        assert calls["DistributedDataParallelConfig"].get("grad_reduce_in_fp32", False) is fp32
+        args = megatron_lm.arguments(megatron_lm.script(calls, spec, tmp_path / dtype))
+        assert ("--grad-reduce-in-bf16" in args, "--accumulate-allreduce-grads-in-fp32" in args) == (not fp32, fp32)
+        recipe = bridge_recipe.recipe(calls, spec, tmp_path / dtype)
+        compile(recipe, "bridge_recipe.py", "exec")
+        assert ('mixed_precision="bf16_mixed",' in recipe) is fp32
+        assert ("dataclasses.replace(bf16_mixed(), grad_reduce_in_fp32=False)" in recipe) is not fp32

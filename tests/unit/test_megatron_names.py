@@ -126,6 +126,9 @@ def test_values_convert_both_ways():
     assert ddp["overlap_grad_reduce"] is True and ddp["overlap_param_gather"] is False
     assert ddp["bucket_size"] == spec.overlap_bucket_size and ddp["grad_reduce_in_fp32"] is True
     assert mn.of_kit("overlap_grad_reduce").kit_from(True) == "on"
+    bf16_grads = dataclasses.replace(spec, grad_reduce_dtype="bf16")
+    assert mn.core_values(bf16_grads, mn.DDP_CONFIG)["grad_reduce_in_fp32"] is False
+    assert mn.of_kit("grad_reduce_dtype").kit_from(False) == "bf16"
     assert mn.lm_values(spec, ("lr_decay_iters", "load_dir", "load_optimizer")) == {
         "lr_decay_iters": 7, "load": "a", "no_load_optim": True}  # none = iters; the first; inverted
     assert mn.bridge_values(spec, ("load_optimizer", "vpp")) == {"load_optim": False,

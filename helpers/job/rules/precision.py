@@ -29,6 +29,10 @@ def gemm_dimensions(model: ModelPreset, spec) -> dict[str, int]:
 def check(spec, model: ModelPreset, env: Environment) -> list[Violation]:
     """`spec` resolved (device, precision, backend decided)."""
     v = Found("precision")
+    if spec.grad_reduce_dtype == "bf16" and not spec.bf16:
+        v.add("grad_reduce_bf16_needs_bf16", "grad_reduce_dtype='bf16' keeps the gradient buffers in bf16, but this "
+              f"job's parameters and gradients are {spec.precision} (Megatron reduces them in their own dtype)",
+              "use grad_reduce_dtype='fp32', or precision='bf16' / 'fp8'")
     if spec.fp8_output_layer and (spec.precision != "fp8" or spec.backend == "te"):
         v.add("fp8_output_layer_needs_local_fp8",
               "fp8_output_layer puts the output layer on the kit's local FP8 GEMMs: it needs precision='fp8' on "

@@ -202,14 +202,18 @@ def check_layout(spec: JobSpec, built: tuple, reference: Reference, ids: torch.T
     from megatron.core import parallel_state as ps
     from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
 
-    from helpers.runtime import build, setup
+    from helpers.runtime import build
     from helpers.runtime.checkpoint import io as checkpoint_io
     from helpers.runtime.hf import config as hf_import
     from helpers.runtime.hf import weights as hf_weights
 
     release_groups()
     ps.destroy_model_parallel()
-    ps.initialize_model_parallel(**setup.parallel_args(spec, setup.collective_timeout_s(spec)))
+    # TP, PP and the expert grid only: the check compares whole-sequence logits, so context parallel is
+    # not set up here (every rank computes the whole sequence); CP layouts are checked by training
+    # them like one process
+    ps.initialize_model_parallel(tensor_model_parallel_size=spec.tp, pipeline_model_parallel_size=spec.pp,
+                                 expert_model_parallel_size=spec.ep, expert_tensor_parallel_size=spec.expert_tp)
     model_parallel_cuda_manual_seed(spec.seed)
     model, hf = built
     bridge = hf_import.open_bridge(hf)
