@@ -80,6 +80,7 @@ import tarfile
 import time
 from pathlib import Path
 
+from helpers.launch.torchrun import kill_group
 from helpers.rundir import megatron_lm_log
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -97,7 +98,6 @@ SEQ_LEN, MICRO_BATCH, GLOBAL_BATCH, LR = 256, 4, 16, 3e-4
 # NVLink multicast off in every process started here (the GPU machine's rule)
 SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 STEP_CAP_S = {"kit": 300, "megatron_lm": 240, "bridge": 300}  # one step's limit, within what --budget-s leaves
-STOP_GRACE_S = 15
 
 # The wheels carried in .whl/ (on top of the GPU image's torch 2.11.0+cu130 and the rest of its packages)
 CARRIED_WHEELS = [
@@ -325,20 +325,6 @@ def read_kit_run(run_dir: Path, n: int) -> dict:
 
 
 # ---- running one step --------------------------------------------------------------------------------------
-def _stop(proc: subprocess.Popen) -> None:
-    """End the process group this script started for the step (start_new_session), TERM then KILL."""
-    for sig, wait in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
 def run_logged(argv: list[str], folder: Path, env: dict, timeout_s: float, cwd: Path = REPO_ROOT) -> dict:
     """Run argv with stdout and stderr into stdout.txt and stderr.txt of `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -349,7 +335,7 @@ def run_logged(argv: list[str], folder: Path, env: dict, timeout_s: float, cwd: 
         try:
             rc, timed_out = proc.wait(timeout=timeout_s), False
         except subprocess.TimeoutExpired:
-            _stop(proc)
+            kill_group(proc)
             rc, timed_out = proc.returncode, True
     record = {"command": argv, "rc": rc, "timed_out": timed_out, "timeout_s": round(timeout_s),
               "wall_s": round(time.time() - t0, 1), "stdout": str(out_p), "stderr": str(err_p)}
