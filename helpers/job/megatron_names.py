@@ -48,7 +48,7 @@ class Name:
     to_megatron / to_kit: the value conversion each way (None: the same value).
     to_lm: Megatron-LM's value when its argument says the opposite of Megatron-Core's
         (--no-load-optim); None: Megatron-Core's value.
-    model_kind: "moe" / "mla": the config takes it only for that kind of model (a MoE block, an
+    model_kind: "moe" / "mla" / "hybrid": the config takes it only for that kind of model (a MoE block, an
         MLATransformerConfig); Megatron-LM's defaults for other models are not read back.
     reads_back: from_megatron sets the kit field from the Megatron value (False: the kit decides
         it itself, or reads it from a combination of values).
@@ -148,6 +148,12 @@ SPEC_NAMES = (
     Name("overlap_param_gather", "overlap_param_gather", (DDP, OPT), bridge="ddp.overlap_param_gather",
          to_megatron=_on, to_kit=_on_off),
     Name("dist_opt", "use_distributed_optimizer", (DDP, OPT), bridge="ddp.use_distributed_optimizer"),
+    # Planned, not built by the kit's worker (helpers/job/rules/builder.py): no Megatron-Core object
+    # takes them from the kit. Megatron-FSDP's strategy counts only with --use-megatron-fsdp (read
+    # back from both: launch/from_megatron.py).
+    Name("megatron_fsdp", "data_parallel_sharding_strategy", bridge="ddp.data_parallel_sharding_strategy",
+         to_megatron=lambda strategy: strategy or "no_shard", reads_back=False),
+    Name("fp8_param_gather", "fp8_param_gather", bridge="mixed_precision.fp8_param_gather"),
     Name("ddp_bucket_size", "bucket_size", (DDP,), lm="ddp_bucket_size", bridge="ddp.bucket_size",
          resolved=_bucket_size),
     Name("weight_decay", "weight_decay", (OPT,), bridge="optimizer.weight_decay"),
@@ -220,6 +226,16 @@ MODEL_NAMES = (
     Name("qk_head_dim", "qk_head_dim", (TC,), owner="model", model_kind="mla"),
     Name("qk_pos_emb_head_dim", "qk_pos_emb_head_dim", (TC,), owner="model", model_kind="mla"),
     Name("v_head_dim", "v_head_dim", (TC,), owner="model", model_kind="mla"),
+    # Planned, not built from these rows (the worker builds hybrids from an imported Nemotron-H's
+    # Bridge provider and no MTP block): read back from a Megatron-LM command for the memory plan.
+    # A pattern's pipeline separators ("|") and its MTP part (after "/") are not layers of the stack.
+    Name("hybrid_pattern", "hybrid_layer_pattern", lm=SAME, bridge=None, owner="model", model_kind="hybrid",
+         to_kit=lambda pattern: pattern.split("/")[0].replace("|", "")),
+    Name("mamba_num_heads", "mamba_num_heads", owner="model", model_kind="hybrid"),
+    Name("mamba_head_dim", "mamba_head_dim", owner="model", model_kind="hybrid"),
+    Name("mamba_state_dim", "mamba_state_dim", owner="model", model_kind="hybrid"),
+    Name("mamba_num_groups", "mamba_num_groups", owner="model", model_kind="hybrid"),
+    Name("mtp_num_layers", "mtp_num_layers", owner="model", to_kit=lambda n: n or 0),
 )
 
 TABLE = SPEC_NAMES + MODEL_NAMES

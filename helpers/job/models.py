@@ -52,6 +52,9 @@ class ModelPreset:
     mamba_state_dim: int | None = None  # HF ssm_state_size
     mamba_num_groups: int | None = None  # HF n_groups
     mamba_chunk_size: int = 128  # HF chunk_size: tokens per chunk of the SSD scan
+    # Multi-token prediction (DeepSeek-V3): extra layers on the last pipeline stage, each predicting one
+    # more token ahead through the shared output layer (Megatron's mtp_num_layers). Planned, not built.
+    mtp_num_layers: int = 0
     # Read from a Hugging Face folder (helpers/job/hf_model.py): the worker builds it from
     # Megatron-Bridge's provider config, which carries what a preset cannot (e.g. a hybrid's routing).
     built_from_hf: bool = False

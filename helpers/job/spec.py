@@ -23,6 +23,8 @@ OVERLAP = ("auto", "on", "off")  # overlap_grad_reduce, overlap_param_gather
 GRAD_REDUCE_DTYPES = ("fp32", "bf16")  # the DDP gradient buffer (Megatron's grad_reduce_in_fp32)
 FP8_RECIPES = ("tensorwise", "rowwise", "delayed")  # helpers/precision/fp8_matmul.py
 PER_TENSOR_FP8_RECIPES = ("tensorwise", "delayed")  # one scale per tensor: the same GEMMs and saved tensors
+# What Megatron-FSDP shards over the data-parallel ranks (Megatron-LM's --data-parallel-sharding-strategy)
+FSDP_STRATEGIES = ("optim", "optim_grads", "optim_grads_params")
 TENSORBOARD = ("auto", "on", "off")
 FP8_LINEARS = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")  # the linears precision='fp8' swaps
 INSTRUMENTS = ("auto", "on", "off")
@@ -38,6 +40,11 @@ RECOMPUTE_MODULES_DEFAULT = ("core_attn",)  # what TransformerConfig.__post_init
 @dataclass(frozen=True)
 class JobSpec(ParallelSizes):
     dist_opt: bool = knob(False, "distributed optimizer: optimizer state sharded over data-parallel ranks")
+    megatron_fsdp: str | None = knob(None, "Megatron-FSDP in place of Megatron's DDP, and what it shards over the "
+                                     "data-parallel ranks: optim (main parameters and Adam states, as dist_opt), "
+                                     "optim_grads (+ gradients), optim_grads_params (+ parameters, each layer's "
+                                     "gathered before it runs: ZeRO-3); none = DDP. Planned, not run: the kit's "
+                                     "worker builds Megatron's DDP", choices=FSDP_STRATEGIES)
     # ---- model and training
     model: str = knob("tiny-gpt", "model preset (helpers/job/models.py)")
     model_overrides: dict = knob(dict, "preset fields to change, e.g. num_layers=2", cli="keyvalue")
@@ -124,6 +131,10 @@ class JobSpec(ParallelSizes):
                            "its amax), rowwise (one per row; Hopper and newer, local backend) or delayed (one per "
                            "tensor, from the amaxes of the last 16 steps: no amax pass before each cast)",
                            choices=FP8_RECIPES)
+    fp8_param_gather: bool = knob(False, "with precision=fp8 on te and dist_opt or megatron_fsdp: the parameters "
+                                  "kept in FP8 (Transformer Engine's FP8 weights, 1 byte), so the parameter "
+                                  "all-gather moves FP8 and no separate FP8 weight copy is made. Planned, not run: "
+                                  "the kit's worker keeps bf16 weights")
     fp8_output_layer: bool = knob(False, "with precision=fp8 on the local backend, the output layer's (logits) "
                                   "GEMMs in FP8 too; off: bf16, as Transformer Engine's recipes keep it "
                                   "(docs/results/precision.md measures both)")

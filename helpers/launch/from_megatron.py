@@ -38,13 +38,45 @@ COMBINED = {"num_query_groups", "group_query_attention", "gated_linear_unit", "a
             "position_embedding_type", "hidden_dropout", "attention_dropout", "mock_data", "data_path",
             "start_weight_decay", "end_weight_decay", "weight_decay_incr_style", "mixed_precision",
             "recompute_activations", "grad_reduce_in_bf16", "train_samples", "lr_warmup_samples",
-            "lr_decay_samples", "lr_warmup_fraction"}
+            "lr_decay_samples", "lr_warmup_fraction", "fp8", "fp8_recipe", "use_megatron_fsdp",
+            "data_parallel_sharding_strategy", "megatron_fsdp_main_grads_dtype", "megatron_fsdp_grad_comm_dtype",
+            "num_layers_per_virtual_pipeline_stage", "make_vocab_size_divisible_by",
+            "create_attention_mask_in_dataloader", "hybrid_override_pattern", "moe_flex_dispatcher_backend",
+            "step_batch_size_schedule",
+            "spec",  # the layer-spec module: the planner builds Megatron's stack of the model's kind itself
+            # what the planner assumes already: fp32 router logits and probabilities, tokens spread evenly
+            "moe_router_dtype", "moe_router_force_load_balancing",
+            "fp8_param", "first_last_layers_bf16", "num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16",
+            "use_precision_aware_optimizer", "exp_avg_dtype", "exp_avg_sq_dtype", "main_grads_dtype"}
 KIT_BUILDS = {"position_embedding_type": "rope", "hidden_dropout": 0.0, "attention_dropout": 0.0}
 # Values that change the model's numbers (its initial weights, RoPE frequencies, the norms' stored
 # weight) but neither its memory nor its time: named apart from the ignored ones.
-NUMBERS = {"rotary_base", "init_method_std", "apply_layernorm_1p", "layernorm_zero_centered_gamma"}
-# Megatron-LM's MLA sizes have defaults (kv_lora_rank 32, ...) that a model without MLA must not take.
-MLA_MODEL = {n.core for n in MODEL_ROWS if n.model_kind == "mla"}
+NUMBERS = {"rotary_base", "init_method_std", "apply_layernorm_1p", "layernorm_zero_centered_gamma",
+           "fp8_amax_history_len", "fp8_amax_compute_algo", "fp8_margin"}
+# Values that change how a run uses memory or time in ways a per-GPU memory plan and the step-time
+# model leave out, each with what it does instead: named apart from the ignored ones.
+NOT_PLANNED = {
+    "empty_unused_memory_level": "torch.cuda.empty_cache() after each step or evaluation: lowers what the "
+                                 "caching allocator keeps between steps, not the peak planned here; costs a "
+                                 "re-allocation each step",
+    "manual_gc": "Python's garbage collector run on every rank at the same iterations instead of at random "
+                 "times (no rank-to-rank stalls); no GPU memory and no modelled step time",
+    "manual_gc_interval": "the iterations between those collections (see manual_gc)",
+    "fsdp_double_buffer": "Megatron-FSDP's gathered layers in two fixed buffers: the plan already holds two "
+                          "layers' gathered parameters (the running one and the prefetched next)",
+    "nccl_ub": "NCCL user buffers: collectives read and write registered memory in place (faster, "
+                   "fewer SMs); the same buffers as planned",
+    "fsdp_manual_registration": "registers Megatron-FSDP's buffers for NCCL user buffers once, by hand "
+                                "(see --use-nccl-ub)",
+    "manual_gc_eval": "Python's garbage collector run after evaluations too (see manual_gc)",
+    "moe_hybridep_num_sms": "the SMs HybridEP's dispatch kernels take from the GEMMs: a few percent of step "
+                            "time, no memory",
+    "cuda_graph_scope": "the parts captured as CUDA graphs: no launch overhead; the graphs' static buffers "
+                        "and memory pools come on top of the plan",
+}
+# Megatron-LM's sizes of a kind of model have defaults (kv_lora_rank 32, mamba_head_dim 64, ...) that a
+# model of another kind must not take: read only where the switch is on.
+KIND_SWITCH = {"mla": "multi_latent_attention", "hybrid": "hybrid_layer_pattern"}
 
 
 @dataclass
@@ -55,6 +87,7 @@ class Reading:
     ignored: dict = field(default_factory=dict)  # name -> value: set away from Megatron's default, not modelled
     machine: dict = field(default_factory=dict)  # name -> value: kernels and backends the kit picks per machine
     numbers: dict = field(default_factory=dict)  # name -> value: the model's numbers (NUMBERS), not modelled
+    not_planned: dict = field(default_factory=dict)  # name -> (value, why): outside the memory plan (NOT_PLANNED)
     changed: list = field(default_factory=list)  # "what -> what the kit trains instead"
 
     def spec(self, **overrides) -> JobSpec:
@@ -69,6 +102,9 @@ class Reading:
         if self.numbers:
             parts.append("not modelled (changes the model's numbers, not memory or time): "
                          + ", ".join(f"{k}={_short(v)}" for k, v in self.numbers.items()))
+        if self.not_planned:
+            parts.append("read, outside the memory plan: " + "; ".join(
+                f"{k}={_short(v)} ({why})" for k, (v, why) in self.not_planned.items()))
         if self.changed:
             parts.append("trained differently: " + "; ".join(self.changed))
         if self.machine:
@@ -98,6 +134,17 @@ def _read(values: dict, given: dict, source: str, label: str) -> Reading:
                        "no tensor-parallel group to split the sequence over)")
     _samples(fields, v, changed)
     _recompute(fields, v("recompute_activations"), changed)
+    _virtual_stages(fields, v)
+    _megatron_fsdp(fields, v)
+    if v("moe_token_dispatcher_type") == "flex":
+        fields["moe_dispatcher"] = "alltoall"
+        changed.append(f"moe_token_dispatcher_type flex ({v('moe_flex_dispatcher_backend')}) -> alltoall: the same "
+                       "tokens over the same links; the fused dispatcher's own communication buffers are not planned")
+    if v("create_attention_mask_in_dataloader"):  # Megatron-LM's default; its fused attention ignores it
+        mask = fields.get("micro_batch", 1) * (fields.get("seq_len") or 0) ** 2 / 2**20
+        changed.append(f"create_attention_mask_in_dataloader True -> False: the kit's batches carry no mask (causal "
+                       f"attention needs none); Megatron-LM's is a b x s x s boolean per micro batch, {mask:.0f} MiB "
+                       "here, outside the plan (--no-create-attention-mask-in-dataloader turns it off)")
     if fields.get("lr_decay") not in LR_DECAYS:
         changed.append(f"lr_decay_style {fields.pop('lr_decay', None)} -> {JobSpec.lr_decay} (the kit's: "
                        f"{', '.join(LR_DECAYS)})")
@@ -106,6 +153,9 @@ def _read(values: dict, given: dict, source: str, label: str) -> Reading:
     if v("fp16"):
         changed.append("fp16 -> bf16 (the kit trains bf16 or fp32)")
     fields["precision"] = "bf16" if v("bf16") or v("fp16") else "fp32"
+    if v("fp8"):
+        _fp8(fields, v, changed)
+    _precision_aware_optimizer(fields, v, changed)
     if fields["precision"] == "fp32":
         fields.pop("grad_reduce_dtype", None)  # fp32 gradients whatever the DDP setting says
     if isinstance(v("data_path"), list) and len(v("data_path")) == 1:
@@ -113,8 +163,12 @@ def _read(values: dict, given: dict, source: str, label: str) -> Reading:
     elif v("data_path"):
         changed.append(f"data_path {v('data_path')} -> synthetic data (the kit reads one prefix)")
     for n in MODEL_ROWS:
-        if v(n.core) is not None and (n.core not in MLA_MODEL or v("multi_latent_attention")):
+        if v(n.core) is not None and (n.model_kind not in KIND_SWITCH or v(KIND_SWITCH[n.model_kind])):
             model[n.kit] = n.kit_from(v(n.core))
+    if model.get("hybrid_pattern"):  # Megatron-LM counts the layers from the pattern
+        model["num_layers"] = len(model["hybrid_pattern"])
+        if not model.get("mamba_num_heads") and v("hidden_size"):  # MambaMixer's: expand 2 x hidden / head dim
+            model["mamba_num_heads"] = 2 * v("hidden_size") // model["mamba_head_dim"]
     heads, hidden = v("num_attention_heads"), v("hidden_size")
     groups = v("num_query_groups") if v("group_query_attention", True) else None
     model["num_query_groups"] = groups if groups and heads and groups < heads else None
@@ -152,10 +206,74 @@ def _read(values: dict, given: dict, source: str, label: str) -> Reading:
     used = set(SPEC) | set(MODEL) | COMBINED | DERIVED
     unused = {k: (core, x) for k, (core, x) in given.items() if core not in used}
     fields["model_overrides"] = model
+    named = MACHINE | NUMBERS | set(NOT_PLANNED)
     return Reading(source, fields,
-                   ignored={k: x for k, (core, x) in unused.items() if core not in MACHINE and core not in NUMBERS},
+                   ignored={k: x for k, (core, x) in unused.items() if core not in named},
                    machine={k: x for k, (core, x) in unused.items() if core in MACHINE},
-                   numbers={k: x for k, (core, x) in unused.items() if core in NUMBERS}, changed=changed)
+                   numbers={k: x for k, (core, x) in unused.items() if core in NUMBERS},
+                   not_planned={k: (x, NOT_PLANNED[core]) for k, (core, x) in unused.items() if core in NOT_PLANNED},
+                   changed=changed)
+
+
+def _fp8(fields: dict, v, changed: list) -> None:
+    """FP8 training (Megatron-LM's --fp8-format, Bridge's mixed_precision.fp8): Transformer Engine's
+    FP8 GEMMs with bf16 master weights; the recipe decides how tensors are scaled. The E4M3-only and
+    the hybrid format (E5M2 gradients) keep the same bytes."""
+    from helpers.job.spec import FP8_RECIPES
+
+    fields["precision"] = "fp8"
+    if v("fp8_param"):  # Bridge's FP8 parameters: the weights Megatron gathers are FP8
+        fields["fp8_param_gather"] = True
+    if v("first_last_layers_bf16"):
+        changed.append(f"first_last_layers_bf16: the first {v('num_layers_at_start_in_bf16')} and last "
+                       f"{v('num_layers_at_end_in_bf16')} layers in bf16 -> planned in FP8 like the rest (their "
+                       "saved GEMM inputs take 1 byte per value more than planned)")
+    recipe = v("fp8_recipe") or "delayed"
+    if recipe in FP8_RECIPES:
+        fields["fp8_recipe"] = recipe
+    else:  # blockwise / mxfp8: per-block scales beside the same 1-byte tensors
+        fields["fp8_recipe"] = "tensorwise"
+        changed.append(f"fp8_recipe {recipe} -> tensorwise (the kit's recipes: {', '.join(FP8_RECIPES)}; the same "
+                       "1-byte tensors, per-block scales aside)")
+
+
+def _precision_aware_optimizer(fields: dict, v, changed: list) -> None:
+    """Megatron's precision-aware optimizer (TE's FusedAdam): its main gradients' dtype is the
+    gradient buffers'; Adam's moments in a narrower dtype are planned in fp32 and named."""
+    if not v("use_precision_aware_optimizer"):
+        return
+    if _dtype(v("main_grads_dtype")) == "bf16":
+        fields["grad_reduce_dtype"] = "bf16"
+    narrow = {k: _dtype(v(k)) for k in ("exp_avg_dtype", "exp_avg_sq_dtype") if _dtype(v(k)) != "fp32"}
+    if narrow:
+        changed.append("use_precision_aware_optimizer with " + ", ".join(f"{k} {x}" for k, x in narrow.items())
+                       + " -> Adam's moments planned in fp32 (8 bytes per parameter of the optimizer's shard; "
+                       "bf16 moments take 4)")
+
+
+def _dtype(value) -> str:
+    """'fp32' / 'bf16' / ... for a torch dtype, its name or Megatron's short name."""
+    text = str(value).removeprefix("torch.")
+    return {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "None": "fp32"}.get(text, text)
+
+
+def _virtual_stages(fields: dict, v) -> None:
+    """--num-layers-per-virtual-pipeline-stage as validate_args reads it: the layers of a pipeline
+    stage over that many per virtual stage (1: no virtual stages)."""
+    per_virtual, pp, layers = v("num_layers_per_virtual_pipeline_stage"), fields.get("pp", 1), v("num_layers")
+    if per_virtual and layers and pp > 1 and fields.get("vpp") is None:
+        vpp = layers // pp // per_virtual
+        fields["vpp"] = vpp if vpp > 1 else None
+
+
+def _megatron_fsdp(fields: dict, v) -> None:
+    """Megatron-FSDP (--use-megatron-fsdp) with its sharding strategy; its gradients in bf16 when its
+    main-gradient dtype says so (its gradient communication then moves bf16 too)."""
+    strategy = v("data_parallel_sharding_strategy")
+    if v("use_megatron_fsdp") and strategy and strategy != "no_shard":
+        fields["megatron_fsdp"] = strategy
+        if v("megatron_fsdp_main_grads_dtype") == "bf16":
+            fields["grad_reduce_dtype"] = "bf16"
 
 
 def _samples(fields: dict, v, changed: list) -> None:
@@ -244,7 +362,13 @@ def read_megatron_args(text: str) -> Reading:
     defaults = vars(parser.parse_args([]))  # what each argument holds when no flag sets it
     options = {a.dest: max(a.option_strings, key=len) for a in parser._actions if a.option_strings}
     given = {options[d]: (_core(d), x) for d, x in vars(args).items() if x != defaults.get(d)}
+    if args.step_batch_size_schedule is not None and args.global_batch_size is not None:
+        raise InvalidJob("[megatron_args] --step-batch-size-schedule with --global-batch-size: Megatron-LM's "
+                         "validate_args refuses the pair ('Cannot specify both') -> keep one: the schedule's "
+                         "last batch as --global-batch-size, or the schedule alone")
     values = {_core(name): value for name, value in vars(args).items()}
+    if args.step_batch_size_schedule is not None:  # "0:16 2.4B:320 ...": planned at its last global batch
+        values["global_batch_size"] = int(args.step_batch_size_schedule.split()[-1].split(":")[-1])
     if args.bf16:  # validate_args: bf16 gradients accumulated and reduced in fp32 unless --grad-reduce-in-bf16
         values["grad_reduce_in_fp32"] = not args.grad_reduce_in_bf16 and (
             args.accumulate_allreduce_grads_in_fp32 or str(args.main_grads_dtype) in ("fp32", "torch.float32"))
@@ -285,12 +409,23 @@ def read_bridge_recipe(target: str) -> Reading:
                            or section in ("ddp", "scheduler")})  # DDP's overlap and bucket, the schedule's decay
             given.update({f"{section}.{k}": (_core(k), x) for k, x in non_defaults(part).items()})
     mixed = getattr(cfg, "mixed_precision", None)
-    values["bf16"] = "bf16" in str(mixed) or bool(values.get("bf16"))
-    values["fp16"] = "fp16" in str(mixed) or bool(values.get("fp16"))
-    if mixed is not None:  # its setup() overrides the DDP config's gradient dtype
+    if mixed is not None:  # a recipe name or a MixedPrecisionConfig: its setup() overrides the model's
+        # precision fields and the DDP config's gradient dtype
         from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
-        values["grad_reduce_in_fp32"] = get_mixed_precision_config(mixed).grad_reduce_in_fp32
+        precision = get_mixed_precision_config(mixed)
+        for name in ("bf16", "fp16", "fp8", "fp8_recipe", "fp8_param_gather", "grad_reduce_in_fp32"):
+            values[name] = getattr(precision, name)
+        given.update({f"mixed_precision.{k}": (_core(k), x) for k, x in non_defaults(precision).items()
+                      if k not in ("params_dtype", "pipeline_dtype", "autocast_dtype")})
+    # None: left unset; a mixed-precision switch left False is the recipe's default behaviour
+    given = {k: cx for k, cx in given.items() if cx[1] is not None
+             and not (k.startswith("mixed_precision.") and cx[1] is False)}
+    if not all(values.get(k) for k in ("num_layers", "hidden_size", "num_attention_heads")):
+        raise InvalidJob(f"[bridge_recipe] {target} builds no model (num_layers {values.get('num_layers')}, "
+                         f"hidden_size {values.get('hidden_size')}, num_attention_heads "
+                         f"{values.get('num_attention_heads')}): a template to fill in -> name a model's recipe, "
+                         f"e.g. megatron.bridge.recipes.llama.llama3:llama3_8b_pretrain_config")
     values["seq_length"] = getattr(cfg.model, "seq_length", None) or getattr(cfg.dataset, "seq_length", None)
     values["max_position_embeddings"] = values["seq_length"]
     given.pop("model.hf_model_id", None)  # where the provider's config.json came from
@@ -398,6 +533,8 @@ def shrink(spec: JobSpec, hidden: int = 64, layers: int = 4, seq_len: int = 64, 
     if m.multi_latent_attention:
         new.update(kv_lora_rank=_up(32, tp), q_lora_rank=_up(32, tp) if m.q_lora_rank else None,
                    qk_head_dim=16, qk_pos_emb_head_dim=8, v_head_dim=16)
+    if m.mtp_num_layers:  # planned, not built (helpers/job/rules/builder.py)
+        new["mtp_num_layers"] = 0
     new = {k: x for k, x in new.items() if getattr(m, k) != x}
     world = math.lcm(spec.tp * spec.pp * spec.cp, etp * spec.ep * spec.pp)
     schedule = schedule_of or spec
@@ -408,34 +545,41 @@ def shrink(spec: JobSpec, hidden: int = 64, layers: int = 4, seq_len: int = 64, 
         first_stage_layers=None, last_stage_layers=None, seq_len=min(spec.seq_len, seq_len),
         global_batch=spec.micro_batch * (world // (spec.tp * spec.pp * spec.cp)) * max(1, spec.pp), iters=short,
         lr_warmup_iters=min(warmup, decay_end - 1) * short // decay_end, lr_decay_iters=None,
-        model_overrides={**spec.model_overrides, **new})
+        model_overrides={**spec.model_overrides, **new},
+        # planned, not built: Megatron-FSDP runs as the distributed optimizer, FP8 weights as the precision's
+        megatron_fsdp=None, dist_opt=spec.dist_opt or spec.megatron_fsdp is not None, fp8_param_gather=False)
     per_chunk = small.model_preset().num_layers // stages  # recompute counts layers within a model chunk
     if spec.recompute_num_layers is not None and spec.recompute_num_layers > per_chunk:
         small = dataclasses.replace(small, recompute_num_layers=per_chunk)
     how = [f"{k} {getattr(m, k)} -> {x}" for k, x in new.items()]
     for name in ("world_size", "seq_len", "global_batch_size", "iters", "lr_warmup_iters", "first_stage_layers",
-                 "last_stage_layers", "recompute_num_layers"):
+                 "last_stage_layers", "recompute_num_layers", "megatron_fsdp", "dist_opt", "fp8_param_gather"):
         if getattr(spec, name) != getattr(small, name):
             how.append(f"{name} {getattr(spec, name)} -> {getattr(small, name)}")
     how.append(f"precision {spec.precision} -> fp32 on cpu" if spec.precision != "fp32" else "device cpu")
     return small, how
 
 
+GPUS_PER_NODE = 8  # the GPU profiles' nodes (DGX / HGX)
+
+
 def plan_text(spec: JobSpec, gpu: str) -> str:
     """The memory planner's answer for the full-size spec on `gpu` (a name `python -m helpers.advisor
-    --list-gpus` shows, or a GPU profile's JSON file)."""
+    --list-gpus` shows, or a GPU profile's JSON file), on nodes of 8. A spec that leaves the backend to
+    the machine (auto) is planned as the cluster runs it: Megatron-LM's default, Transformer Engine."""
     from helpers.advisor import gpus
     from helpers.job.layout import Layout
     from helpers.memory.plan import plan_memory
     from helpers.memory.training import Training
 
     profile = gpus.resolve(gpu)
-    spec = dataclasses.replace(spec, device="cuda")
-    plan = plan_memory(spec.model_preset(), Layout.of(spec), Training.of(spec))
+    spec = dataclasses.replace(spec, device="cuda", backend="te" if spec.backend == "auto" else spec.backend)
+    layout = Layout.of(spec, backend=spec.backend, gpus_per_node=min(GPUS_PER_NODE, spec.world_size))
+    plan = plan_memory(spec.model_preset(), layout, Training.of(spec))
     need, have = plan.reserved_bytes / 2**30, profile.memory_gib
     worst = max(plan.stages, key=lambda s: s.allocated_bytes)
     terms = sorted(worst.terms.items(), key=lambda t: -t[1])[:4]
-    return (f"memory plan on {spec.world_size} x {profile.name} ({Layout.of(spec).describe()}): "
+    return (f"memory plan on {spec.world_size} x {profile.name} ({layout.describe()}, {spec.backend} layers): "
             f"{need:.1f} GiB per GPU of {have:.0f} GiB: {'fits' if need <= have else 'does not fit'} (largest: "
             + ", ".join(f"{k} {v / 2**30:.1f} GiB" for k, v in terms) + ")")
 

@@ -33,7 +33,9 @@ def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) ->
         kv_w = model.kv_heads * d // tp
         k_w = v_w = kv_w
         proj_in = q_w
-        if model.kv_heads < a and not sdpa:  # GQA: rope'd q, and k/v repeated to every head (repeat_interleave)
+        # GQA on Megatron's local attention: rope'd q, and k/v repeated to every head (repeat_interleave);
+        # SDPA and TE's fused attention take the grouped K/V as they are
+        if model.kv_heads < a and not sdpa and lay.backend != "te":
             qkv_saved = 3 * T * q_w * B
         else:  # rope'd q and k are new tensors; v stays a view that keeps the fused qkv output
             # (SDPA takes GQA's K/V as they are: enable_gqa, no repeated copy)
@@ -74,10 +76,13 @@ def _attn_act(model: ModelPreset, lay: Layout, tr: Training, T: int, Th: int) ->
     return saved - recomputed, transient + recomputed
 
 
-def _mlp_act(model: ModelPreset, width: int, tokens: int, split: int, B: int) -> float:
-    """fc1 output and what the activation saves, fc2 input."""
+def _mlp_act(model: ModelPreset, width: int, tokens: int, split: int, B: int, fused: bool = False) -> float:
+    """fc1 output and what the activation saves, fc2 input. `fused`: Megatron's bias-SwiGLU fusion (on
+    with Transformer Engine) saves only its input, not the SiLU output beside it."""
     f = width // split
     per = {"swiglu": 4 * f, "geglu": 4 * f, "gelu": 2 * f, "squared_relu": 2 * f}[model.activation]
+    if fused and model.activation == "swiglu":
+        per = 3 * f
     return tokens * per * B
 
 
@@ -111,7 +116,7 @@ def layer_activation(model: ModelPreset, lay: Layout, tr: Training, i: int) -> t
         mlp_ln -= Th * h * B
         transient = max(transient, Th * h * B)
     if kind in ("dense", "-"):
-        mlp = _mlp_act(model, model.ffn_hidden_size, T, tp, B)
+        mlp = _mlp_act(model, model.ffn_hidden_size, T, tp, B, fused=lay.backend == "te")
         saved += mlp_ln + (0 if "mlp" in modules else mlp)  # recomputed: the MLP keeps only its input
         transient = max(transient, mlp if "mlp" in modules else 0)
     elif kind in ("moe", "E"):
@@ -119,18 +124,20 @@ def layer_activation(model: ModelPreset, lay: Layout, tr: Training, i: int) -> t
         routed = Th * k * lay.expert_tp  # tokens after dispatch, per rank (balanced routing)
         experts = Th * E * 4 * 3  # router logits, probabilities, routing map (fp32)
         experts += routed * h * B * 2  # permuted tokens (dispatch output) and expert fc1 input
-        experts += _mlp_act(model, model.expert_ffn, routed, lay.expert_tp, B) + routed * h * B  # + unpermute input
+        experts += _mlp_act(model, model.expert_ffn, routed, lay.expert_tp, B, fused=lay.backend == "te") \
+            + routed * h * B  # + unpermute input
         if "moe_act" in modules:  # the experts' activation output (their fc2 input), recomputed
             experts -= routed * (model.expert_ffn // lay.expert_tp) * B
         shared = 0.0
         if model.moe_shared_expert_intermediate_size:
-            shared = _mlp_act(model, model.moe_shared_expert_intermediate_size, T, tp, B)
+            shared = _mlp_act(model, model.moe_shared_expert_intermediate_size, T, tp, B, fused=lay.backend == "te")
         if "shared_experts" in modules:
             transient, shared = max(transient, shared), 0.0
         if "moe" in modules:  # the whole MoE layer recomputed from its input
             transient, experts, shared = max(transient, experts + shared), 0.0, 0.0
         saved += mlp_ln + experts + shared
-    if tr.precision == "fp8" and lay.backend == "local" and kind in ("dense", "moe", "*"):
+    # Transformer Engine's FP8 linears save their FP8-cast inputs too (its MoE experts' are left bf16 here)
+    if tr.precision == "fp8" and kind in ("dense", "moe", "*"):
         saved, transient = _local_fp8(model, lay, tr, kind, T, Th, saved, transient)
     return saved, transient
 

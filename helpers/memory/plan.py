@@ -30,14 +30,16 @@ from dataclasses import dataclass, field
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
 from helpers.job.spec import PER_TENSOR_FP8_RECIPES
-from helpers.memory.activations import chunk_activation, in_flight
+from helpers.memory.activations import chunk_activation, in_flight, layer_activation
 from helpers.memory.static import (
     StaticMemory,
     chunk_params,
     fp8_linear_numel,
+    fsdp_gathered_bytes,
     layer_kind,
     stage_layers,
     static_memory,
+    te_fp8_weight_numel,
 )
 from helpers.memory.training import GiB, Training
 
@@ -148,6 +150,12 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
         if stage < lay.pp - 1 and not tr.deallocate_pipeline_outputs:
             act += n_flight * Th * h * B  # the stage's output tensor, kept until its backward
         logits = 0.0
+        if stage == lay.pp - 1 and model.mtp_num_layers:
+            # multi-token prediction: per depth one more layer like the last (its input: the hidden state
+            # and the next token's embedding, each normed, concatenated, projected) and one more logits pass
+            mtp_saved, mtp_transient = layer_activation(model, lay, tr, model.num_layers - 1)
+            act += n_flight * model.mtp_num_layers * (mtp_saved + 4 * T * h * B)
+            transient = max(transient, mtp_transient)
         if stage == lay.pp - 1:
             V = model.vocab_size // tp
             stats = 8 if model.normalization == "LayerNorm" else 4
@@ -162,6 +170,7 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
                 logits_transient = T * V * (4 + B) + V * h * B
             if tr.precision == "fp8" and tr.fp8_output_layer and lay.backend == "local":
                 logits, logits_transient = _fp8_output_layer(tr, T, h, V, B, logits, logits_transient)
+            logits *= 1 + model.mtp_num_layers  # every prediction depth keeps its own logits for the loss
             transient = max(transient, logits_transient)
         workspace = CUBLAS_WORKSPACE
         if lay.backend == "local" and tr.attention == "megatron_local" and lay.cp == 1 and any(
@@ -171,6 +180,7 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
             # Megatron's global memory buffer handed to baddbmm (kept for the whole run)
             workspace += lay.micro_batch * model.num_attention_heads // tp * s * s * B
         workspace += transient
+        workspace += fsdp_gathered_bytes(model, lay, tr, stage)
         groups = 2 + (lay.tp > 1) + (lay.pp > 1) + (lay.cp > 1) + (lay.ep > 1) + (lay.dp > 1)
         terms = {
             "parameters": static.param_bytes,
@@ -183,8 +193,11 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
             "comm_buffers": groups * NCCL_PER_GROUP if lay.world_size > 1 else 0,
             "workspace": workspace,
         }
-        if tr.precision == "fp8" and lay.backend == "te":  # TE keeps an fp8 copy and its transpose of every GEMM weight
-            terms["workspace"] += 2 * static.params
+        if tr.precision == "fp8" and lay.backend == "te" and tr.fsdp != "optim_grads_params":
+            # TE keeps an FP8 copy of every FP8 linear's weight and its transpose; with FP8 weights
+            # (fp8_param_gather) the weight is the copy, and only the transpose is extra. Megatron-FSDP's
+            # gathered layers are counted above.
+            terms["workspace"] += (1 if tr.fp8_param_gather else 2) * te_fp8_weight_numel(model, lay, stage)
         elif tr.precision == "fp8":  # the kit's: two FP8 layouts of each FP8 linear's weight per step (training_step)
             terms["workspace"] += 2 * fp8_linear_numel(model, lay, stage)
             if tr.fp8_output_layer and stage == lay.pp - 1:

@@ -188,6 +188,24 @@ def chunk_params(model: ModelPreset, lay: Layout, stage: int, chunk: int) -> lis
         # on a later pipeline stage Megatron keeps its own copy (kept equal by the embedding group)
         if not (model.tied_embeddings and stage == 0 and chunk == 0):
             out.append(Param("output_layer.weight", model.vocab_size // lay.tp * h))
+        out += _mtp_params(model, lay)
+    return out
+
+
+def _mtp_params(model: ModelPreset, lay: Layout) -> list[Param]:
+    """Megatron's multi-token-prediction block on the last stage (DeepSeek-V3): per depth the norms
+    of the embedding and of the hidden state, their concatenation projected back to the hidden size
+    (column-parallel), one transformer layer like the model's last, and a final norm; the output
+    layer is the model's own."""
+    h, last = model.hidden_size, model.num_layers - 1
+    out = []
+    for k in range(model.mtp_num_layers):
+        p = f"mtp.layers.{k}."
+        out += _norm(model, p + "enorm", h) + _norm(model, p + "hnorm", h)
+        out.append(Param(p + "eh_proj.weight", 2 * h * h // lay.tp))
+        out += [Param(x.name.replace(f"decoder.layers.{last}.", p + "transformer_layer."), x.numel, x.expert)
+                for x in layer_params(model, lay, last)]
+        out += _norm(model, p + "final_layernorm", h)
     return out
 
 
@@ -199,6 +217,18 @@ def fp8_linear_numel(model: ModelPreset, lay: Layout, stage: int) -> int:
     attention and dense-MLP linears; experts, embedding and output layer stay bf16)."""
     return sum(p.numel for chunk in range(lay.vpp or 1) for p in chunk_params(model, lay, stage, chunk)
                if p.name.endswith(_FP8_WEIGHTS) and "experts." not in p.name)
+
+
+def te_fp8_weight_numel(model: ModelPreset, lay: Layout, stage: int) -> int:
+    """Weights of this stage that Transformer Engine's FP8 recipes cast to FP8: every TE linear's
+    (attention, MLA's projections, dense MLPs, experts, Mamba's in/out projections); the embedding,
+    the output layer and the router stay bf16."""
+    return sum(p.numel for chunk in range(lay.vpp or 1) for p in chunk_params(model, lay, stage, chunk)
+               if _te_fp8(p))
+
+
+def _te_fp8(p: Param) -> bool:
+    return p.name.endswith(".weight") and p.name.split(".")[-2].startswith(("linear_", "in_proj", "out_proj"))
 
 
 def _buckets(params: list[Param], shards: int, dist_opt: bool, bucket_size: int | None) -> list[tuple]:
@@ -261,6 +291,8 @@ def static_memory(model: ModelPreset, lay: Layout, training: Training, stage: in
     grad_el = 4 if training.grad_reduce_in_fp32 or training.precision == "fp32" else 2
     pb = training.param_bytes
     dense_shards, expert_shards = lay.dp * lay.cp, lay.edp
+    if training.fsdp:
+        return _fsdp_static(model, lay, training, stage, grad_el)
     n = grad = opt_el = 0
     for chunk in range(lay.vpp or 1):
         params = chunk_params(model, lay, stage, chunk)
@@ -278,8 +310,48 @@ def static_memory(model: ModelPreset, lay: Layout, training: Training, stage: in
     # distributed optimizer: the optimizer holds *views* of its shard (no new memory, but the live job
     # counts them, so the plan does too; `main_param_bytes_new` below says what is allocated).
     main = opt_el * 4 if (training.precision != "fp32" or training.dist_opt) else 0
-    return StaticMemory(params=n, param_bytes=n * pb, grad_bytes=grad,
+    param_bytes = n * pb
+    if training.fp8_param_gather:  # Transformer Engine's FP8 weights: 1 byte for every FP8 linear's
+        param_bytes -= te_fp8_weight_numel(model, lay, stage) * (pb - 1)
+    return StaticMemory(params=n, param_bytes=param_bytes, grad_bytes=grad,
                         optimizer_state_bytes=opt_el * 8, main_param_bytes=main)
+
+
+def _fsdp_static(model: ModelPreset, lay: Layout, training: Training, stage: int, grad_el: int) -> StaticMemory:
+    """Megatron-FSDP: each rank keeps 1/shards of what the strategy shards (dense parameters over DP x CP,
+    experts over EDP): optim the main parameters and Adam states, optim_grads the gradients too,
+    optim_grads_params the parameters too (gathered layer by layer: fsdp_gathered_bytes). An estimate:
+    Megatron-FSDP's own bucket padding is not modelled."""
+    strategy, pb = training.fsdp, training.param_bytes
+    n = param_bytes = grad = opt_el = 0
+    for chunk in range(lay.vpp or 1):
+        params = chunk_params(model, lay, stage, chunk)
+        n += sum(p.numel for p in params)
+        for expert, shards in ((False, lay.dp * lay.cp), (True, lay.edp)):
+            group = [p for p in params if p.expert == expert]
+            numel = sum(p.numel for p in group)
+            # FP8 weights (fp8_param_gather) are stored, sharded and gathered in 1 byte
+            stored = sum(p.numel * (1 if training.fp8_param_gather and _te_fp8(p) else pb) for p in group)
+            shard = -(-numel // shards)
+            opt_el += shard
+            grad += (shard if strategy in ("optim_grads", "optim_grads_params") else numel) * grad_el
+            param_bytes += -(-stored // shards) if strategy == "optim_grads_params" else stored
+    return StaticMemory(params=n, param_bytes=param_bytes, grad_bytes=grad,
+                        optimizer_state_bytes=opt_el * 8, main_param_bytes=opt_el * 4)
+
+
+def fsdp_gathered_bytes(model: ModelPreset, lay: Layout, training: Training, stage: int) -> int:
+    """Megatron-FSDP with optim_grads_params: each layer's parameters are all-gathered before its forward
+    and its backward, and the next layer's are prefetched while it runs: two layers' whole parameters
+    at once (in FP8 for FP8 weights with fp8_param_gather), plus one layer's whole gradients before
+    they are reduce-scattered. 0 for other strategies (their parameters are whole already)."""
+    if training.fsdp != "optim_grads_params":
+        return 0
+    grad_el = 4 if training.grad_reduce_in_fp32 or training.precision == "fp32" else 2
+    layers = [i for chunk in stage_layers(model, lay)[stage] for i in chunk]
+    largest = max((sum(p.numel for p in layer_params(model, lay, i)) for i in layers), default=0)
+    weight = 1 if training.fp8_param_gather else training.param_bytes
+    return largest * (2 * weight + grad_el)
 
 
 def rank_coordinates(lay: Layout, rank: int) -> dict:

@@ -15,6 +15,9 @@ class Training:
     fp8_recipe: str = "tensorwise"  # the kit's local FP8 linears (helpers/precision/fp8_matmul.py)
     fp8_output_layer: bool = False  # the kit's local FP8 GEMMs in the output layer too (JobSpec.fp8_output_layer)
     dist_opt: bool = False  # distributed optimizer: main params and Adam states sharded over DP
+    # Megatron-FSDP's sharding strategy (JobSpec.megatron_fsdp): optim | optim_grads | optim_grads_params; None = DDP
+    fsdp: str | None = None
+    fp8_param_gather: bool = False  # FP8 weights (JobSpec.fp8_param_gather): 1 byte per FP8 linear's weight
     recompute: str = "none"  # none | selective (recompute_modules' outputs) | full (recomputed units' inputs only)
     # Megatron's recompute fields (JobSpec.recompute_*). full: uniform = each model chunk's layers in units
     # of recompute_num_layers, block = its first recompute_num_layers layers one by one, the rest kept;
@@ -68,7 +71,8 @@ class Training:
         overlap = overlap_grad_reduce_of(spec.overlap_grad_reduce, spec.device, spec) == "on"
         modules = None if spec.recompute_modules is None else tuple(spec.recompute_modules)
         return cls(precision=precision_of(spec.precision, spec.device), fp8_recipe=spec.fp8_recipe,
-                   fp8_output_layer=spec.fp8_output_layer, dist_opt=spec.dist_opt,
+                   fp8_output_layer=spec.fp8_output_layer, dist_opt=spec.dist_opt, fsdp=spec.megatron_fsdp,
+                   fp8_param_gather=spec.fp8_param_gather,
                    recompute=spec.recompute_granularity or "none", recompute_method=spec.recompute_method,
                    recompute_num_layers=spec.recompute_num_layers, recompute_modules=modules,
                    bucket_size=spec.overlap_bucket_size if overlap else None,

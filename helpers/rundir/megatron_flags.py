@@ -36,8 +36,9 @@ DERIVED = {"autocast_dtype", "pipeline_dtype", "params_dtype", "init_method", "o
 # command leaves them to Megatron-LM's defaults for Transformer Engine.
 MACHINE = {"gradient_accumulation_fusion", "bias_activation_fusion", "bias_dropout_fusion",
            "cross_entropy_loss_fusion", "cross_entropy_fusion_impl", "masked_softmax_fusion", "apply_rope_fusion",
-           "persist_layer_norm", "moe_grouped_gemm", "moe_permute_fusion", "attention_backend", "overlap_p2p_comm",
-           "batch_p2p_comm", "deallocate_pipeline_outputs", "transformer_impl"}
+           "persist_layer_norm", "moe_grouped_gemm", "moe_permute_fusion", "attention_backend", "use_flash_attn",
+           "overlap_p2p_comm", "batch_p2p_comm", "deallocate_pipeline_outputs", "transformer_impl",
+           "use_transformer_engine_full_layer_spec"}
 TRANSFORMER_IMPL = "transformer_engine"  # what GPU users run; the kit's CPU substitutes are named in the script
 
 
@@ -182,12 +183,17 @@ def choices(name: str) -> tuple:
 
 def named(values: dict) -> list[str]:
     """Flags for Megatron-LM arguments given by their names (`args.<name>`), each spelled by the
-    parser: True is the bare switch, None and False are left out, a list is the argument's words.
+    parser: True is the bare switch, None and False are left out (but False is the switch of a
+    --no-... argument, which stores False), a list is the argument's words.
     A name Megatron-LM does not have raises KeyError naming it."""
     actions, out = _actions(), []
     for name, value in values.items():
         if name not in actions:
             raise KeyError(f"Megatron-LM has no argument {name!r} (megatron.training.arguments)")
+        if isinstance(actions[name], argparse._StoreFalseAction):  # its --no-... switch stores False
+            if value is False:
+                out.append(actions[name].option_strings[0])
+            continue
         if value is None or value is False:
             continue
         option, value = actions[name].option_strings[0], _typed(actions[name], value)

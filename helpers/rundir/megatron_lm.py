@@ -162,6 +162,8 @@ def command_flags(calls: dict, spec, run_dir: Path) -> tuple[list[str], list[str
         notes.append(f"vocabulary: Megatron-LM pads the tokenizer's {tokenizer_vocab} ids to a multiple of 128 x TP, "
                      f"not to the kit's {model_vocab(calls)}")
     extra = {**precision, **data, **tokenizer,
+             # the kit's datasets build no attention mask (causal attention needs none; runtime/data/indexed.py)
+             "create_attention_mask_in_dataloader": False,
              "make_vocab_size_divisible_by": divisor if divisor not in (None, PAD_CHOICES[0]) else None,
              **_iterations(calls, spec), **ckpt}
     flags, seen = [], set()

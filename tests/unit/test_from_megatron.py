@@ -22,7 +22,7 @@ LM = ("torchrun --nproc-per-node 16 pretrain_gpt.py --tensor-model-parallel-size
       "--position-embedding-type rope --max-position-embeddings 1024 --vocab-size 32000 --micro-batch-size 2 "
       "--global-batch-size 64 --seq-length 1024 --train-iters 100 --lr 2e-4 --min-lr 2e-5 --lr-decay-style cosine "
       "--lr-warmup-iters 10 --weight-decay 0.1 --adam-beta1 0.8 --adam-beta2 0.95 --adam-eps 1e-6 --clip-grad 0.5 "
-      "--bf16 --hidden-dropout 0 --attention-dropout 0 --seed 7")
+      "--bf16 --hidden-dropout 0 --attention-dropout 0 --seed 7 --no-create-attention-mask-in-dataloader")
 LLAMA3_8B = "megatron.bridge.recipes.llama.llama3:llama3_8b_pretrain_config"
 
 

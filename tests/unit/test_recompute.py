@@ -292,7 +292,7 @@ def test_megatron_lm_accepts_the_recompute_flags(records):
 
 def test_megatron_lm_only_spellings_read_as_megatron_acts_on_them():
     base = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 512 --position-embedding-type rope "
-            "--hidden-dropout 0 --attention-dropout 0 ")
+            "--hidden-dropout 0 --attention-dropout 0 --no-create-attention-mask-in-dataloader ")
     reading = from_megatron.read_megatron_args(base + "--recompute-activations")  # validate_args: selective
     assert reading.spec().recompute_granularity == "selective" and reading.message() == ""
     reading = from_megatron.read_megatron_args(base + "--recompute-method uniform --recompute-num-layers 2")

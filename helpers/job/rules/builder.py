@@ -88,6 +88,18 @@ def job(spec, model: ModelPreset, env: Environment) -> list[Violation]:
         if model.multi_latent_attention:
             v.add("megatron_local_attention_no_mla", "Megatron's local DotProductAttention does not take MLA's "
                   "separate key and value head sizes (Megatron-LM issue #1589)", "use attention='sdpa' (or 'auto')")
+    planned_only = [f"{name}={value!r}" for name, value in (("megatron_fsdp", spec.megatron_fsdp),
+                                                             ("fp8_param_gather", spec.fp8_param_gather),
+                                                             ("mtp_num_layers", model.mtp_num_layers)) if value]
+    if planned_only:
+        v.add("planned_not_built", f"{', '.join(planned_only)}: the memory planner models them, but the kit's "
+              "worker builds Megatron's DDP, bf16 weights and no multi-token-prediction layers",
+              "plan the job (--plan-on GPU), or run it without them (megatron_fsdp -> dist_opt=True, "
+              "fp8_param_gather=False, model_overrides mtp_num_layers=0); shrink() does this for a CPU run")
+    if spec.fp8_param_gather and (spec.precision != "fp8" or not (spec.dist_opt or spec.megatron_fsdp)):
+        v.add("fp8_param_gather_needs_fp8_and_sharding", "fp8_param_gather keeps FP8 parameters for an FP8 job "
+              "whose parameters are gathered: Megatron-LM asserts the distributed optimizer or Megatron-FSDP",
+              "set precision='fp8' and dist_opt=True (or megatron_fsdp), or drop fp8_param_gather")
     if spec.precision == "fp8" and spec.backend == "local" and model.is_hybrid:
         v.add("fp8_not_built_for_hybrid", "precision='fp8' is not built for hybrid models: the kit's local hybrid "
               "stack (helpers/runtime/layers/mamba/stack.py) uses Megatron's plain linears, so the job would "
