@@ -178,7 +178,7 @@ def leave_one_model_out(rows: list[Row], grid: dict) -> list[dict]:
 def markdown(rows: list[Row], result: dict, logo: list[dict] | None, fitted: tuple[float, float] | None,
              command: str, h200: list[str] | None = None) -> str:
     """The page; `h200`: the lines of its section on one H200 (h200_choices.summary()), if any."""
-    gpu, latency = CLUSTER, calibration.COLLECTIVE_LATENCY_S
+    gpu, latency = CLUSTER, calibration.HOP_LATENCY_S
     lines = ["# The layout advisor's time model against vTrain's measurements", "",
              "`helpers/advisor/` predicts a layout's step time from small named terms (helpers/advisor/time/). "
              "This page checks it against iteration times no one here measured: vTrain's public ground truth "
@@ -209,9 +209,10 @@ def markdown(rows: list[Row], result: dict, logo: list[dict] | None, fitted: tup
               "(`benchmarks/advisor/gemm_sizes.py`) |",
               "| elementwise and copy rates, flash attention | H200 fractions | measured on this kit's H200 "
               "(`helpers/roofline/hardware.py`) |",
-              f"| collective efficiency, latency | {calibration.COLLECTIVE_EFFICIENCY}, "
-              f"{latency['intra'] * 1e6:g}/{latency['inter'] * 1e6:g} us "
-              "| assumed (typical NCCL), not fitted |",
+              f"| collective efficiency | {calibration.COLLECTIVE_EFFICIENCY} | assumed (typical NCCL), not fitted |",
+              f"| collective latency: per call, per ring hop inside / between nodes | "
+              f"{calibration.RING_BASE_LATENCY_S * 1e6:g}, {latency['intra'] * 1e6:g}/{latency['inter'] * 1e6:g} us "
+              "| NCCL's own cost model (ring, Simple protocol), not fitted |",
               f"| **A100 large-GEMM fraction of peak** | **{gpu.gemm_fraction}** | **fitted on these rows** "
               "(the H200's measured fraction, 0.756, predicts every row about 15% slow) |",
               f"| **A100 elementwise fraction of HBM bandwidth** | **{gpu.elementwise_fraction}** | **fitted on these "

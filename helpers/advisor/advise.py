@@ -7,6 +7,11 @@ layouts the rules refuse are kept apart, each with its rule names.
     advice = advise(preset("llama3-8b"), gpus=64, gpu="h100-80gb", seq_len=4096, global_batch=512)
     advice.best().layout, advice.rows[:5], advice.refused[:5]
 
+Precision: `precision="fp8"` (or an Execution whose precision is fp8) times the transformer layers'
+linears as FP8 GEMMs (time/gemm.py) and plans memory with Training(precision="fp8") on the chosen
+backend (Transformer Engine's FP8 by default). GPUs per node: the GPU profile's NVLink domain (8 on
+a DGX/HGX board, 72 on an NVL72 rack) unless given.
+
 "Fits": the plan's reserved peak (allocated + allocator overhead + NCCL buffers, on its busiest
 pipeline stage) within the GPU's memory. Both numbers are predictions (docs/results/memory.md and
 docs/results/advisor.md say how close each has come to measurements)."""
@@ -33,9 +38,11 @@ class Row:
     memory_gib: float | None = None  # planned reserved peak per GPU (busiest stage)
     fits: bool = False
     step: StepTime | None = None
-    # model FLOPs (helpers/job/flops.py, no recompute) per second over the datasheet peak; None for the
-    # architectures that count does not cover (Mamba hybrids, multi-latent attention)
+    # model FLOPs (helpers/job/flops.py, no recompute) per second over the datasheet's dense BF16 peak in
+    # either precision (so FP8's gain shows as a higher MFU); None for the architectures that count does
+    # not cover (Mamba hybrids, multi-latent attention)
     mfu: float | None = None
+    precision: str = "bf16"  # the GEMMs' (Execution.precision), refused layouts included
 
     def to_dict(self) -> dict:
         lay, tr = self.layout, self.training
@@ -46,7 +53,8 @@ class Row:
                "fits": self.fits, "memory_gib": None if self.memory_gib is None else round(self.memory_gib, 2),
                "step_s": None if self.step is None else round(self.step.step_s, 4),
                "tokens_per_s_per_gpu": None if self.step is None else round(self.step.tokens_per_s_per_gpu, 1),
-               "mfu": None if self.mfu is None else round(self.mfu, 3), "refused": list(self.refused)}
+               "mfu": None if self.mfu is None else round(self.mfu, 3), "precision": self.precision,
+               "refused": list(self.refused)}
         if self.step is not None:
             out["terms_s"] = {k: round(v, 4) for k, v in self.step.terms.items() if v}
             out["bubble_fraction"] = round(self.step.bubble_fraction, 4)
@@ -61,7 +69,7 @@ class Advice:
     gpus_per_node: int
     seq_len: int
     global_batch: int
-    execution: Execution
+    execution: Execution  # its precision is the advice's
     rows: list[Row] = field(default_factory=list)  # accepted layouts, ranked
     refused: list[Row] = field(default_factory=list)
 
@@ -73,29 +81,38 @@ class Advice:
         return [r for r in self.rows if r.fits]
 
 
-def advise(model: ModelPreset, gpus: int, gpu: GpuProfile | str = "h100-80gb", gpus_per_node: int = 8,
+def advise(model: ModelPreset, gpus: int, gpu: GpuProfile | str = "h100-80gb", gpus_per_node: int | None = None,
            seq_len: int = 4096, global_batch: int | None = None, execution: Execution = MEGATRON_CORE,
-           backend: str = "te", max_micro_batch: int = 16) -> Advice:
+           backend: str = "te", max_micro_batch: int = 16, precision: str | None = None) -> Advice:
     """Every layout of `model` on `gpus` GPUs, planned, timed and ranked (see the module docstring).
-    `global_batch`: sequences per iteration (default: 2 per GPU)."""
+    `gpus_per_node`: default the GPU's NVLink domain; `global_batch`: sequences per iteration (default:
+    2 per GPU); `precision`: "bf16" or "fp8" (default the execution's)."""
+    profile = resolve(gpu) if isinstance(gpu, str) else gpu
     if gpus < 1:
         raise ValueError(f"gpus must be at least 1, not {gpus}")
+    domain = gpus_per_node is None
+    gpus_per_node = profile.nvlink_domain if domain else gpus_per_node
     if gpus_per_node < 1:
         raise ValueError(f"gpus_per_node must be at least 1, not {gpus_per_node}")
     if gpus > gpus_per_node and gpus % gpus_per_node:
-        raise ValueError(f"{gpus} GPUs are not whole nodes of {gpus_per_node}: use a multiple of {gpus_per_node}")
+        hint = (f" ({gpus_per_node} GPUs share NVLink on {profile.name}; a job that uses part of each domain "
+                "gives its GPUs per node: --gpus-per-node)") if domain else ""
+        raise ValueError(f"{gpus} GPUs are not whole nodes of {gpus_per_node}: use a multiple of {gpus_per_node}"
+                         + hint)
     if seq_len < 1 or seq_len > model.max_seq_len:
         raise ValueError(f"seq_len {seq_len} must be between 1 and the model's {model.max_seq_len}")
-    profile = resolve(gpu) if isinstance(gpu, str) else gpu
+    execution = execution.with_(precision=precision or execution.precision)
+    precision = execution.precision
+    profile.peak_tflops(precision)  # a GPU without FP8 tensor cores refuses fp8 here, with its name
     global_batch = global_batch or 2 * gpus
     per_node = min(gpus_per_node, gpus)
     advice = Advice(model, profile, gpus, per_node, seq_len, global_batch, execution)
     counted = not (model.is_hybrid or model.multi_latent_attention)
     model_flops = flops_per_token(model, seq_len) * global_batch * seq_len if counted else None
     plans = {}
-    for c in candidates(model, gpus, per_node, seq_len, global_batch, max_micro_batch, backend):
+    for c in candidates(model, gpus, per_node, seq_len, global_batch, max_micro_batch, backend, precision):
         if c.refused:
-            advice.refused.append(Row(c.layout, None, c.refused))
+            advice.refused.append(Row(c.layout, None, c.refused, precision=precision))
             continue
         key = (c.layout, c.training)
         if key not in plans:
@@ -104,6 +121,6 @@ def advise(model: ModelPreset, gpus: int, gpu: GpuProfile | str = "h100-80gb", g
         step = predict(model, c.layout, c.training, profile, per_node, execution)
         mfu = model_flops / step.step_s / gpus / (profile.peak_bf16_tflops * 1e12) if counted else None
         advice.rows.append(Row(c.layout, c.training, (), reserved / GiB, reserved <= profile.memory_gib * GiB,
-                               step, mfu))
+                               step, mfu, precision))
     advice.rows.sort(key=lambda r: (not r.fits, r.step.step_s))
     return advice

@@ -11,6 +11,17 @@ from __future__ import annotations
 # The fraction of a link's datasheet bandwidth an NCCL collective reaches on large messages.
 # Assumed: nccl-tests' bus bandwidth on NVLink and InfiniBand systems is typically 80-90% of the link.
 COLLECTIVE_EFFICIENCY = 0.85
-# The fixed cost of one collective call (launch, synchronisation, the first bytes' travel).
-# Assumed: NCCL's small-message latency, a few microseconds inside a node, tens across nodes.
-COLLECTIVE_LATENCY_S = {"intra": 10e-6, "inter": 30e-6}
+# The fixed cost of one collective call, as NCCL's own cost model takes it (src/graph/tuning.cc of
+# NVIDIA/nccl, ring algorithm, Simple protocol): a base latency per call plus a hop latency per ring
+# step, a step between two nodes costing the network's hop latency. Not fitted here.
+RING_BASE_LATENCY_S = 8.4e-6
+HOP_LATENCY_S = {"intra": 3.4e-6, "inter": 9.6e-6}  # NVLink hop, network hop
+
+# ---- MoE layers (helpers/advisor/time/layer.py) ------------------------------------------------
+# Host time a MoE layer adds per microbatch, forward and backward together, that the GPU cannot hide:
+# Megatron's alltoall dispatcher copies the tokens-per-expert counts to the host before it can size the
+# exchange and the grouped GEMMs, so the host launches the rest of the layer while the GPU waits (no
+# run-ahead). Fitted on NVIDIA's published Megatron-Bridge throughput of MoE models (its micro-batch-1
+# rows run up to 3x slower per token than micro batch 4 of the same layout), leave-one-model-out in
+# benchmarks/advisor/bridge_table.py (docs/results/advisor_bridge.md).
+MOE_HOST_S = 4.5e-3

@@ -1,8 +1,8 @@
 """`python -m helpers.advisor`: every layout of a model on N GPUs, ranked by predicted memory and
 step time, with the refused ones and their rules.
 
-    python -m helpers.advisor --model llama3-8b --gpus 64 --gpu h100-80gb --gpus-per-node 8 \\
-        --seq-len 4096 --global-batch 512 [--json] [--top 20]
+    python -m helpers.advisor --model llama3-8b --gpus 64 --gpu h100-80gb [--gpus-per-node 8] \\
+        --seq-len 4096 --global-batch 512 [--precision fp8] [--json] [--top 20]
     python -m helpers.advisor --model path/to/hf_folder --gpus 8 --gpu my_gpu.json ...
     python -m helpers.advisor --list-gpus [--json]"""
 from __future__ import annotations
@@ -21,22 +21,27 @@ from helpers.job import hf_model, models
 from helpers.job.models import ModelPreset
 
 
-def model_of(name_or_folder: str) -> ModelPreset:
-    """A preset by name, or a Hugging Face model folder (config.json) described as one."""
-    if name_or_folder in models.names():
-        return models.preset(name_or_folder)
-    if Path(name_or_folder).expanduser().is_dir():
-        return hf_model.describe(name_or_folder)
-    raise ValueError(f"--model {name_or_folder!r} is neither a preset ({', '.join(models.names())}) nor a folder: "
-                     "give a preset name or a Hugging Face model folder holding config.json")
+def model_of(name_or_path: str) -> ModelPreset:
+    """A preset by name, or a Hugging Face model described as one from its config.json: the folder's
+    (weights are not needed to plan) or the file itself."""
+    if name_or_path in models.names():
+        return models.preset(name_or_path)
+    if Path(name_or_path).expanduser().exists():
+        return hf_model.describe(name_or_path)
+    raise ValueError(f"--model {name_or_path!r} is neither a preset ({', '.join(models.names())}) nor an existing "
+                     "folder or file: give a preset name, a Hugging Face model folder holding config.json (the "
+                     "weights are not needed to plan), or the path of a config.json")
 
 
 def gpu_lines(profiles: dict[str, GpuProfile]) -> list[str]:
     out = []
     for key, g in profiles.items():
         r = rates(g)
-        out.append(f"{key}: {g.name}: {g.peak_bf16_tflops:g} TFLOP/s dense BF16, {g.memory_gib:g} GiB at "
-                   f"{g.hbm_gb_per_s:g} GB/s, {g.intra_node_gb_per_s:g} GB/s per GPU inside a node, "
+        low = "".join(f", {peak:g} {name}" for name, peak in (("FP8", g.peak_fp8_tflops), ("FP4", g.peak_fp4_tflops))
+                      if peak)
+        out.append(f"{key}: {g.name}: {g.peak_bf16_tflops:g} TFLOP/s dense BF16{low}, {g.memory_gib:g} GiB at "
+                   f"{g.hbm_gb_per_s:g} GB/s, {g.intra_node_gb_per_s:g} GB/s per GPU inside a node "
+                   f"(NVLink domain of {g.nvlink_domain} GPUs), "
                    f"{g.inter_node_gb_per_s:g} GB/s per GPU between nodes; time model takes large GEMMs at "
                    f"{r.gemm_fraction:.2f} of peak, memory-bound kernels at {r.elementwise_gb_per_s:.0f} GB/s"
                    f"{' (measured)' if r.measured else ''}.")
@@ -60,7 +65,7 @@ def table(advice: Advice, top: int | None) -> str:
     a = advice
     fitting = a.fitting()
     lines = [f"{a.model.name} on {a.gpus} x {a.gpu.name} ({a.gpus_per_node} per node), sequence {a.seq_len}, "
-             f"global batch {a.global_batch}; software: {a.execution.name}.",
+             f"global batch {a.global_batch}; software: {a.execution.name}, {a.execution.precision.upper()} GEMMs.",
              f"{len(a.rows)} layouts the rules accept ({len(fitting)} fit in {a.gpu.memory_gib:g} GiB), "
              f"{len(a.refused)} refused. Predictions, not measurements: step time from helpers/advisor/time/, "
              "memory from helpers/memory/plan.py.", ""]
@@ -93,11 +98,16 @@ def parser() -> argparse.ArgumentParser:
     ap.add_argument("--gpus", type=int, help="GPUs in the cluster (whole nodes)")
     ap.add_argument("--gpu", default="h100-80gb", help=f"a GPU profile ({', '.join(PROFILES)}) or a JSON file with "
                     "GpuProfile's fields (--list-gpus --json prints them)")
-    ap.add_argument("--gpus-per-node", type=int, default=8)
+    ap.add_argument("--gpus-per-node", type=int, default=None,
+                    help="GPUs per node, i.e. per NVLink domain (default: the GPU profile's, 8 on a DGX/HGX board, "
+                    "72 on a GB200/GB300 NVL72 rack)")
     ap.add_argument("--seq-len", type=int, default=4096)
     ap.add_argument("--global-batch", type=int, default=None, help="sequences per iteration (default 2 per GPU)")
     ap.add_argument("--execution", choices=sorted(EXECUTIONS), default="megatron-core",
                     help="how the software runs a step (helpers/advisor/execution.py)")
+    ap.add_argument("--precision", choices=["bf16", "fp8"], default="bf16",
+                    help="the transformer layers' GEMMs: bf16, or fp8 (Transformer Engine's FP8 linears, experts "
+                    "included; embedding and output layer stay bf16) at the GPU's FP8 peak, memory planned for FP8")
     ap.add_argument("--backend", choices=["te", "local"], default="te",
                     help="the builder whose rules apply: te (Megatron-Core with Transformer Engine, a cluster's) or "
                          "local (the kit's own worker)")
@@ -124,7 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.model or not args.gpus:
             raise ValueError("--model and --gpus are required (or --list-gpus)")
         advice = advise(model_of(args.model), args.gpus, resolve(args.gpu), args.gpus_per_node, args.seq_len,
-                        args.global_batch, EXECUTIONS[args.execution], args.backend, args.max_micro_batch)
+                        args.global_batch, EXECUTIONS[args.execution], args.backend, args.max_micro_batch,
+                        args.precision)
     except (ValueError, KitError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -1,6 +1,9 @@
 """How the training software runs a step, as far as its time goes: the choices that change the
 time but not the layout (the layout, the distributed optimizer and recompute are the advisor's to
-enumerate). Three presets:
+enumerate). `precision` is the GEMMs': bf16, or fp8 (Transformer Engine's FP8 GEMMs in the
+transformer layers' linears, experts included; embedding, output layer, router and attention core
+stay 16-bit: time/gemm.py). The memory planner reads the same choice from Training.precision;
+advise() sets both. Three presets, each 16-bit (`with_(precision="fp8")` for FP8):
 
 * MEGATRON_CORE: Megatron-LM / Megatron-Core with Transformer Engine as its examples run it: fused
   (flash) attention without dropout, the column-parallel linears' input-gradient collective
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+PRECISIONS = ("bf16", "fp8")
+
 
 @dataclass(frozen=True)
 class Execution:
@@ -29,12 +34,15 @@ class Execution:
     overlap_param_gather: bool = True  # distributed optimizer's parameter all-gather under the first forward
     grad_reduce_bytes: int = 4  # bytes per gradient element the DP collective moves (fp32 or 16-bit)
     grad_accumulation_fused: bool = True  # weight-gradient GEMMs write into the fp32 buffer (no extra pass)
+    precision: str = "bf16"  # bf16 (16-bit GEMMs, fp16 too) | fp8 (the layers' linears in FP8)
 
     def __post_init__(self):
         if self.attention not in ("flash", "materialised"):
             raise ValueError(f"attention must be 'flash' or 'materialised', not {self.attention!r}")
         if self.grad_reduce_bytes not in (2, 4):
             raise ValueError(f"grad_reduce_bytes must be 2 or 4, not {self.grad_reduce_bytes}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be {' or '.join(PRECISIONS)}, not {self.precision!r}")
 
     def with_(self, **changes) -> "Execution":
         return replace(self, **changes)

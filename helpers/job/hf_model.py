@@ -1,7 +1,9 @@
 """A Hugging Face model folder, as the notebook side sees it: its config.json read as plain JSON
 (no torch, no transformers), checked, and described as a ModelPreset so the layout rules, the
-memory planner and the run records treat an imported model like a preset. The worker imports the
-weights through Megatron-Bridge (helpers/runtime/hf/config.py, weights.py).
+memory planner and the run records treat an imported model like a preset. Planning reads config.json
+alone (`read_config`: a folder whose weights are not downloaded yet, or the file itself); a job's
+folder needs its weights too (`read`). The worker imports the weights through Megatron-Bridge
+(helpers/runtime/hf/config.py, weights.py).
 
 Architectures: helpers/job/architectures.py says, for every text-only causal LM Megatron-Bridge
 registers, whether the kit builds it (checked against transformers) or refuses it, naming the
@@ -63,13 +65,10 @@ def read(folder: str | Path) -> Folder:
         v.add("hf_model_no_config", f"hf_model folder {str(path)!r} has no {CONFIG}: it is not a Hugging Face "
               "model folder", "save one with model.save_pretrained(folder)")
         return Folder(str(folder), problems=tuple(v))
-    try:
-        raw = file.read_bytes()
-        config = json.loads(raw)
-    except (OSError, ValueError) as e:
-        v.add("hf_model_config_unreadable", f"{file} cannot be read as JSON ({e})",
-              "re-save the model with save_pretrained()")
+    loaded = load_config(file, v, "re-save the model with save_pretrained()")
+    if loaded is None:
         return Folder(str(folder), problems=tuple(v))
+    raw, config = loaded
     read_as = Folder(str(folder), config, hashlib.sha256(raw).hexdigest())
     v += architecture_problems(file, config)
     if not any(f.suffix in WEIGHT_SUFFIXES for f in path.iterdir()):
@@ -119,12 +118,67 @@ def architecture_problems(path: Path, config: dict) -> list[Violation]:
     return v
 
 
-def read_config(folder: str | Path) -> dict:
-    """config.json of a local HF folder; InvalidJob naming the problems and the fixes otherwise."""
-    read_as = read(folder)
-    if read_as.problems:
-        raise InvalidJob("\n".join(str(p) for p in read_as.problems), list(read_as.problems))
-    return read_as.config
+def load_config(file: Path, v: Found, fix: str) -> tuple[bytes, dict] | None:
+    """config.json's bytes and its JSON object; None, with the problem added to `v`, when the file
+    cannot be read or holds something other than a JSON object."""
+    try:
+        raw = file.read_bytes()
+        config = json.loads(raw)
+    except (OSError, ValueError) as e:
+        v.add("hf_model_config_unreadable", f"{file} cannot be read as JSON ({e})", fix)
+        return None
+    if not isinstance(config, dict):
+        v.add("hf_model_config_unreadable", f"{file} holds a JSON {type(config).__name__}, not the object of a "
+              "model's config", fix)
+        return None
+    return raw, config
+
+
+def config_file(path: str | Path) -> Path:
+    """The config.json `path` names: a folder's, or `path` itself when it is a file."""
+    given = Path(path).expanduser()
+    return given / CONFIG if given.is_dir() else given
+
+
+def read_config(path: str | Path) -> dict:
+    """config.json for planning: `path` is a Hugging Face model folder or its config.json file. Only
+    config.json is read, so a folder without its weights plans as well as a downloaded one (weights
+    are what running needs: `read` refuses a job's folder without them). InvalidJob naming the
+    problem and the fix: nothing there, a folder without config.json, a file that is not a JSON
+    object, an architecture the kit does not build."""
+    v = Found("hf")
+    given, file = Path(path).expanduser(), config_file(path)
+    fetch = (f"put the model's {CONFIG} there, e.g. `hf download REPO {CONFIG} --local-dir FOLDER` ({CONFIG} "
+             "alone is enough to plan; running needs the *.safetensors weights too)")
+    config = None
+    if not given.exists():
+        v.add("hf_model_not_found", f"{str(given)!r} does not exist", "give a Hugging Face model folder holding "
+              f"{CONFIG}, or the path of a {CONFIG} file")
+    elif given.is_dir() and not file.is_file():
+        v.add("hf_model_no_config", f"folder {str(given)!r} has no {CONFIG}: it is not a Hugging Face model folder",
+              fetch)
+    elif (loaded := load_config(file, v, f"give the model's own {CONFIG} (save_pretrained() writes one)")):
+        config = loaded[1]
+        v += architecture_problems(file, config)
+    if v:
+        raise InvalidJob("\n".join(str(p) for p in v), list(v))
+    return config
+
+
+def model_name(path: str | Path) -> str:
+    """The name a described model goes by: its folder's (for a config.json given as a file, the
+    folder holding it; for a config file named otherwise, the file's own stem)."""
+    p = Path(path).expanduser().resolve()
+    if not p.is_file():
+        return p.name
+    return p.parent.name if p.name == CONFIG else p.stem
+
+
+def source(path: str | Path, c: dict) -> str:
+    """Where a described model came from, as ModelPreset.source says it: a folder, or a config file."""
+    given = Path(path).expanduser()
+    where = f"config {given.name} of {model_name(path)}" if given.is_file() else f"folder {given.name}"
+    return f"Hugging Face {where} ({', '.join(c['architectures'])})"
 
 
 def has_tokenizer(folder: str | Path) -> bool:
@@ -142,12 +196,27 @@ def needs_megatron_attention(folder: str | Path | None) -> bool:
 
 
 def describe(folder: str | Path, config: dict | None = None) -> ModelPreset:
-    """The imported model's architecture in the kit's terms (what the layout rules check); `config`:
-    the folder's config.json as `read` found it (None: read it here)."""
+    """The imported model's architecture in the kit's terms (what the layout rules and the memory
+    planner read); `folder`: an HF folder or its config.json file; `config`: its config.json as
+    `read` found it (None: read it here, weights not needed). InvalidJob when config.json lacks a
+    value the description needs or gives one of the wrong type (a hand-edited file)."""
     c = read_config(folder) if config is None else config
     family = families.of_model_type(c.get("model_type"))  # what config.json's values leave unsaid
-    if family.hybrid:
-        return describe_hybrid(folder, c)
+    fix = f"give the model's own {CONFIG} as save_pretrained() writes it"
+    try:
+        return describe_hybrid(folder, c) if family.hybrid else describe_layers(folder, c)
+    except KeyError as e:
+        v = Violation("hf_config_missing_value", f"{config_file(folder)} has no {e.args[0]!r}, which the kit needs "
+                      f"to describe {architecture(c) or c.get('model_type')}", fix, "hf")
+    except TypeError as e:
+        v = Violation("hf_config_wrong_type", f"{config_file(folder)} gives a value of the wrong type ({e})", fix,
+                      "hf")
+    raise InvalidJob(str(v), [v])
+
+
+def describe_layers(folder: str | Path, c: dict) -> ModelPreset:
+    """A decoder of uniform attention layers (dense, MoE, MLA): every family but the hybrids."""
+    family = families.of_model_type(c.get("model_type"))
     heads = c["num_attention_heads"]
     head_dim = c.get("head_dim")
     mla = c.get("kv_lora_rank") is not None  # DeepSeek-V2/V3 (and their relatives): multi-latent attention
@@ -158,7 +227,7 @@ def describe(folder: str | Path, config: dict | None = None) -> ModelPreset:
     moe_ffn = c.get("moe_intermediate_size") or (c["intermediate_size"] if experts else None)  # OLMoE: one width
     shared = (c.get("n_shared_experts") or c.get("num_shared_experts") or 0) * (moe_ffn or 0)
     return ModelPreset(
-        name=Path(folder).expanduser().resolve().name,
+        name=model_name(folder),
         num_layers=c["num_hidden_layers"], hidden_size=c["hidden_size"], num_attention_heads=heads,
         ffn_hidden_size=c["intermediate_size"], vocab_size=c["vocab_size"],
         num_query_groups=c.get("num_key_value_heads") or heads,
@@ -181,7 +250,7 @@ def describe(folder: str | Path, config: dict | None = None) -> ModelPreset:
         qk_head_dim=c.get("qk_nope_head_dim") if mla else None,
         qk_pos_emb_head_dim=c.get("qk_rope_head_dim") if mla else None,
         v_head_dim=c.get("v_head_dim") if mla else None, built_from_hf=True,
-        source=f"Hugging Face folder {Path(folder).name} ({', '.join(c['architectures'])})",
+        source=source(folder, c),
     )
 
 
@@ -212,7 +281,7 @@ def describe_hybrid(folder, c: dict) -> ModelPreset:
     head_dim = c.get("head_dim")
     experts = c.get("n_routed_experts") if "E" in pattern else None
     return ModelPreset(
-        name=Path(folder).expanduser().resolve().name,
+        name=model_name(folder),
         num_layers=len(pattern), hidden_size=c["hidden_size"], num_attention_heads=heads,
         ffn_hidden_size=c["intermediate_size"], vocab_size=c["vocab_size"],
         num_query_groups=c.get("num_key_value_heads") or heads,
@@ -228,5 +297,5 @@ def describe_hybrid(folder, c: dict) -> ModelPreset:
         hybrid_pattern=pattern, mamba_num_heads=c["mamba_num_heads"], mamba_head_dim=c["mamba_head_dim"],
         mamba_state_dim=c["ssm_state_size"], mamba_num_groups=c["n_groups"],
         mamba_chunk_size=c.get("chunk_size", 128), built_from_hf=True,
-        source=f"Hugging Face folder {Path(folder).name} ({', '.join(c['architectures'])})",
+        source=source(folder, c),
     )

@@ -149,6 +149,55 @@ _PRESETS = {
                     ffn_hidden_size=14336, vocab_size=128256, normalization="RMSNorm",
                     activation="swiglu", max_seq_len=8192,  # max_position_embeddings
                     source=_HF.format("meta-llama/Meta-Llama-3-8B")),
+        ModelPreset("llama3-70b", num_layers=80, hidden_size=8192, num_attention_heads=64,
+                    num_query_groups=8,  # num_key_value_heads
+                    ffn_hidden_size=28672, vocab_size=128256, normalization="RMSNorm",
+                    activation="swiglu", max_seq_len=8192, source=_HF.format("meta-llama/Meta-Llama-3-70B")),
+        ModelPreset("llama3.1-405b", num_layers=126, hidden_size=16384, num_attention_heads=128,
+                    num_query_groups=8,  # num_key_value_heads
+                    ffn_hidden_size=53248, vocab_size=128256, normalization="RMSNorm",
+                    activation="swiglu", max_seq_len=131072, source=_HF.format("meta-llama/Llama-3.1-405B")),
+        ModelPreset("qwen3-235b-a22b", num_layers=94, hidden_size=4096, num_attention_heads=64,
+                    num_query_groups=4,  # num_key_value_heads
+                    kv_channels=128,  # head_dim
+                    ffn_hidden_size=12288,  # intermediate_size (unused: every layer is MoE)
+                    vocab_size=151936, num_experts=128, moe_router_topk=8,
+                    moe_ffn_hidden_size=1536, qk_layernorm=True,
+                    normalization="RMSNorm", activation="swiglu", max_seq_len=40960,
+                    source=_HF.format("Qwen/Qwen3-235B-A22B")),
+        ModelPreset("deepseek-v3", num_layers=61, hidden_size=7168, num_attention_heads=128,
+                    ffn_hidden_size=18432,  # intermediate_size: the three dense layers
+                    vocab_size=129280, num_experts=256,  # n_routed_experts
+                    moe_router_topk=8, moe_ffn_hidden_size=2048,  # moe_intermediate_size
+                    num_shared_experts=1, moe_shared_expert_intermediate_size=2048,
+                    first_k_dense=3,  # first_k_dense_replace
+                    multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512,
+                    qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128,
+                    mtp_num_layers=1,  # num_nextn_predict_layers
+                    normalization="RMSNorm", activation="swiglu", max_seq_len=163840,
+                    source=_HF.format("deepseek-ai/DeepSeek-V3")
+                    + " (transformers 5.12.1's DeepseekV3Config defaults hold the same numbers)"),
+        ModelPreset("kimi-k2", num_layers=61, hidden_size=7168, num_attention_heads=64,
+                    ffn_hidden_size=18432,  # intermediate_size: the one dense layer
+                    vocab_size=163840, num_experts=384,  # n_routed_experts
+                    moe_router_topk=8, moe_ffn_hidden_size=2048,  # moe_intermediate_size
+                    num_shared_experts=1, moe_shared_expert_intermediate_size=2048,
+                    first_k_dense=1,  # first_k_dense_replace
+                    multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512,
+                    qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128,
+                    normalization="RMSNorm", activation="swiglu", max_seq_len=131072,
+                    source=_HF.format("moonshotai/Kimi-K2-Instruct")),
+        ModelPreset("gpt-oss-120b", num_layers=36, hidden_size=2880, num_attention_heads=64,
+                    num_query_groups=8,  # num_key_value_heads
+                    kv_channels=64,  # head_dim
+                    ffn_hidden_size=2880,  # intermediate_size (every layer is MoE)
+                    vocab_size=201088, num_experts=128,  # num_local_experts
+                    moe_router_topk=4,  # num_experts_per_tok
+                    attention_sinks=True, add_bias_linear=True,
+                    normalization="RMSNorm", activation="swiglu", max_seq_len=131072,
+                    source=_HF.format("openai/gpt-oss-120b")
+                    + " (transformers 5.12.1's GptOssConfig defaults hold the same numbers); every other layer's "
+                      "128-token sliding window is not modelled"),
         ModelPreset("deepseek-v2-lite", num_layers=27, hidden_size=2048, num_attention_heads=16,
                     ffn_hidden_size=10944,  # intermediate_size: the one dense layer
                     vocab_size=102400, num_experts=64,  # n_routed_experts

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.advisor import gemm_sizes
-from helpers.advisor import calibration
+from helpers.advisor import calibration, gpus
 from helpers.advisor.execution import KIT_LOCAL, MEGATRON_CORE, MEGATRON_DEEPSPEED
 from helpers.advisor.gpus import MEASURED, GpuProfile, rates
 from helpers.advisor.time import (attention, collectives, context_parallel, data_parallel, elementwise,
@@ -26,7 +26,7 @@ GPU = GpuProfile("test GPU", peak_bf16_tflops=1000.0, memory_gib=80.0, hbm_gb_pe
 ELEMENTWISE = 500e9  # bytes/s: 0.5 of 1000 GB/s
 COPY = 1000e9 * MEASURED["H200"].hbm_gb_per_s / 4800  # the H200's copy fraction of its datasheet
 EFF = calibration.COLLECTIVE_EFFICIENCY
-LAT = calibration.COLLECTIVE_LATENCY_S
+LAT = calibration.HOP_LATENCY_S
 LLAMA = preset("llama3-8b")
 
 
@@ -66,20 +66,28 @@ def test_a_gemms_backward_is_its_two_products():
     assert dgrad.flops == wgrad.flops == Gemm("x", 10, 20, 30, batch=2).flops
 
 
-def test_collectives_send_their_ring_bytes():
+def test_collectives_send_their_ring_bytes_and_pay_a_hop_per_ring_step():
     nv = Link(100.0, False)
-    assert collectives.all_reduce(1e9, 8, nv) == pytest.approx(2 * 7 / 8 * 1e9 / (100e9 * EFF) + LAT["intra"])
-    assert collectives.reduce_scatter(1e9, 8, nv) == pytest.approx(7 / 8 * 1e9 / (100e9 * EFF) + LAT["intra"])
-    assert collectives.all_gather(1e9, 4, Link(10.0, True)) == pytest.approx(3 / 4 * 1e9 / (10e9 * EFF) + LAT["inter"])
-    assert collectives.send(1e6, nv) == pytest.approx(1e6 / (100e9 * EFF) + LAT["intra"])
+    base, hop = calibration.RING_BASE_LATENCY_S, LAT
+    assert collectives.all_reduce(1e9, 8, nv) == pytest.approx(2 * 7 / 8 * 1e9 / (100e9 * EFF) + base
+                                                               + 14 * hop["intra"])
+    assert collectives.reduce_scatter(1e9, 8, nv) == pytest.approx(7 / 8 * 1e9 / (100e9 * EFF) + base + 7 * hop["intra"])
+    # 4 ranks on 4 nodes: 3 ring steps, all of them between nodes
+    assert collectives.all_gather(1e9, 4, Link(10.0, True, 4)) == pytest.approx(3 / 4 * 1e9 / (10e9 * EFF) + base
+                                                                                + 3 * hop["inter"])
+    # 64 ranks on 8 nodes: 63 steps, 7 of them between nodes
+    assert collectives.reduce_scatter(0.0, 64, Link(80.0, True, 8)) == pytest.approx(base + 56 * hop["intra"]
+                                                                                      + 7 * hop["inter"])
+    assert collectives.send(1e6, nv) == pytest.approx(1e6 / (100e9 * EFF) + base + hop["intra"])
     assert collectives.all_reduce(1e9, 1, nv) == collectives.all_to_all(1e9, 1, nv) == 0.0
 
 
 def test_a_group_wider_than_a_node_takes_the_network():
     assert links.group(8, 1, 8, GPU) == Link(100.0, False)  # TP8 in a node of 8
-    assert links.group(16, 1, 8, GPU) == Link(80.0, True)  # TP16: 8 of its ranks on each node, 8 ports at once
-    assert links.group(4, 8, 8, GPU) == Link(10.0, True)  # DP over nodes, one rank per node: one port
-    assert links.group(8, 4, 8, GPU) == Link(20.0, True)  # two ranks per node
+    # TP16: 8 of its ranks on each of 2 nodes, 8 ports (each rank's own: 10 GB/s)
+    assert links.group(16, 1, 8, GPU) == Link(80.0, True, 2, 10.0)
+    assert links.group(4, 8, 8, GPU) == Link(10.0, True, 4, 10.0)  # DP over nodes, one rank per node: one port
+    assert links.group(8, 4, 8, GPU) == Link(20.0, True, 4, 10.0)  # two ranks per node
     lay = Layout(nproc=64, tp=2, cp=2, pp=2, ep=4, etp=1)
     g = links.groups(lay)
     assert g["tp"] == (2, 1) and g["cp"] == (2, 2) and g["dp"] == (8, 4) and g["pp"] == (2, 32)
@@ -119,19 +127,46 @@ def test_the_pipeline_bubble_and_sends():
     assert pipeline.sends_per_microbatch_s(LLAMA, interleaved, 8, GPU) == 0.0
 
 
-def test_data_parallel_gradients_and_parameters():
+def test_data_parallel_gradients_and_parameters_bucket_by_bucket():
     lay = Layout(nproc=16, tp=2, cp=2)  # DP 4: dense parameters reduce over DP x CP = 8 ranks
     link = Link(100.0, False)
+    # 1e9 parameters in 25 buckets of 40M (Megatron-LM's default at this DP): one collective each
     reduce, gather = data_parallel.sync_seconds(1e9, 0, lay, False, MEGATRON_CORE, link, link)
-    assert (reduce, gather) == (pytest.approx(collectives.all_reduce(4e9, 8, link)), 0.0)
+    assert (reduce, gather) == (pytest.approx(25 * collectives.all_reduce(4e9 / 25, 8, link)), 0.0)
     reduce, gather = data_parallel.sync_seconds(1e9, 0, lay, True, MEGATRON_DEEPSPEED, link, link)
-    assert reduce == pytest.approx(collectives.reduce_scatter(2e9, 8, link))  # fp16 gradients
-    assert gather == pytest.approx(collectives.all_gather(2e9, 8, link))  # bf16 parameters
+    assert reduce == pytest.approx(25 * collectives.reduce_scatter(2e9 / 25, 8, link))  # fp16 gradients
+    assert gather == pytest.approx(25 * collectives.all_gather(2e9 / 25, 8, link))  # bf16 parameters
     moe = Layout(nproc=16, ep=4)  # experts reduce over EDP = 16 / 4 = 4
-    reduce, _ = data_parallel.sync_seconds(0, 1e9, moe, False, MEGATRON_CORE, link, Link(10.0, True))
-    assert reduce == pytest.approx(collectives.all_reduce(4e9, 4, Link(10.0, True)))
-    assert data_parallel.exposed_seconds(3.0, 2.0, MEGATRON_CORE, 1.0, 0.5) == pytest.approx(2.0 + 1.5)
-    assert data_parallel.exposed_seconds(3.0, 2.0, MEGATRON_DEEPSPEED, 1.0, 0.5) == 5.0  # nothing overlapped
+    reduce, _ = data_parallel.sync_seconds(0, 1e9, moe, False, MEGATRON_CORE, link, Link(10.0, True, 4))
+    assert reduce == pytest.approx(25 * collectives.all_reduce(4e9 / 25, 4, Link(10.0, True, 4)))
+    assert data_parallel.bucket_elements(512) == 512_000_000  # 1M per replica past 40 replicas
+
+
+def test_overlap_hides_at_most_its_window_and_never_the_last_bucket():
+    s = data_parallel.Sync(reduce_s=3.0, gather_s=2.0, last_reduce_s=0.1, first_gather_s=0.05)
+    assert data_parallel.exposed_seconds(s, MEGATRON_CORE, 1.0, 0.5) == pytest.approx(2.0 + 1.5)
+    assert data_parallel.exposed_seconds(s, MEGATRON_CORE, 10.0, 10.0) == pytest.approx(0.1 + 0.05)
+    assert data_parallel.exposed_seconds(s, MEGATRON_DEEPSPEED, 1.0, 0.5) == 5.0  # nothing overlapped
+
+
+def test_a_fixed_batch_on_more_data_parallel_gpus_is_slower_per_gpu():
+    """A 1B model, sequence 4096, global batch 512: on 512 H100s each GPU has one micro batch, whose
+    compute cannot hide the gradient and parameter collectives over 64 nodes; on 8 H100s it can."""
+    from helpers.job.models import ModelPreset
+
+    one_b = ModelPreset("1b", num_layers=16, hidden_size=2048, num_attention_heads=32, num_query_groups=8,
+                        ffn_hidden_size=8192, vocab_size=128256, normalization="RMSNorm", activation="swiglu")
+    h100 = gpus.PROFILES["h100-80gb"]
+    per_gpu = {}
+    for n in (8, 512):
+        lay = Layout(nproc=n, seq_len=4096, micro_batch=1, global_batch=512, gpus_per_node=8, backend="te")
+        per_gpu[n] = step.predict(one_b, lay, Training(dist_opt=True), h100, 8, MEGATRON_CORE)
+    # 8 GPUs: 64 micro batches each, the collectives hide under the last one's backward but for one bucket
+    assert per_gpu[8].terms["dp"] < 0.01 * per_gpu[8].step_s
+    # 512 GPUs: ~3.6 GB of gradients and parameters per GPU over 64 nodes (ring latency ~2 ms per collective),
+    # under one micro batch of compute
+    assert per_gpu[512].terms["dp"] > 0.1 * per_gpu[512].step_s
+    assert per_gpu[512].tokens_per_s_per_gpu < 0.9 * per_gpu[8].tokens_per_s_per_gpu
 
 
 def test_context_parallel_exchange_hides_under_attention():
@@ -238,3 +273,16 @@ def test_recompute_interleaving_and_node_crossing_move_the_step_the_right_way():
     inside = step.predict(LLAMA, Layout(nproc=16, tp=8, sp=True, **base), Training(), GPU, 8)
     across = step.predict(LLAMA, Layout(nproc=16, tp=16, sp=True, **base), Training(), GPU, 8)
     assert across.terms["tp"] > 2 * inside.terms["tp"]
+
+
+def test_an_all_to_all_across_nodes_goes_through_each_ranks_own_port():
+    """EP32 over 4 nodes of 8: 24/32 of a rank's tokens go to other nodes, all through its own
+    400 Gb/s port, whereas a ring over the same 32 ranks spreads its node-to-node hops over 8 ports."""
+    h100 = gpus.PROFILES["h100-80gb"]
+    link = links.group(32, 1, 8, h100)
+    assert (link.gb_per_s, link.nodes, link.port_gb_per_s) == (400.0, 4, 50.0)
+    nbytes = 1e9
+    a2a = collectives.all_to_all(nbytes, 32, link)
+    assert a2a == pytest.approx(nbytes * 24 / 32 / (50e9 * EFF) + calibration.RING_BASE_LATENCY_S
+                                + LAT["inter"])
+    assert a2a > 7 * collectives.all_to_all(nbytes, 8, links.group(8, 1, 8, h100))

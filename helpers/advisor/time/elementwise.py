@@ -5,7 +5,8 @@ ELEMENTWISE_PER_HIDDEN and ELEMENTWISE_PER_FFN per token and layer); sequence pa
 per-hidden terms over TP, TP always splits the FFN terms. A hybrid layer has one norm and one add,
 half a transformer layer's per-hidden terms; a Mamba mixer's gating, convolution and norm are
 counted as a gated FFN of its inner width (an approximation). MoE: the FFN terms of the top-k
-experts a token visits, plus the shared experts."""
+experts a token visits, plus the shared experts, plus the router and the token permutations
+around the experts (`moe_routing`)."""
 from __future__ import annotations
 
 from helpers.advisor.gpus import GpuProfile, rates
@@ -28,14 +29,64 @@ def ffn_width(model: ModelPreset, kind: str) -> tuple[float, str]:
     return 0, style
 
 
-def layer(model: ModelPreset, lay: Layout, gpu: GpuProfile, kind: str) -> tuple[float, float]:
-    """(forward, backward) seconds of a layer of `kind` (helpers/memory/static.layer_kind)."""
+# Bytes per value an FP8 linear's quantisation moves (Transformer Engine): its bf16 input read, the FP8
+# copy and the FP8 transpose the weight gradient reads written; the same for its output gradient in the
+# backward. (TE fuses some of them into the norm or the activation before; counted as separate passes.)
+FP8_CAST_BYTES = 4
+
+
+def fp8_casts(model: ModelPreset, lay: Layout, gpu: GpuProfile, kind: str) -> tuple[float, float]:
+    """(forward, backward) seconds of quantising the FP8 linears' inputs and output gradients of a layer."""
+    from helpers.advisor.time.layer_gemms import of_kind
+
+    linears = [g for g in of_kind(model, lay, kind) if g.fp8_linear]
+    rate = rates(gpu).elementwise_gb_per_s * 1e9
+    forward = sum(g.m * g.k * g.batch for g in linears) * FP8_CAST_BYTES / rate
+    backward = sum(g.m * g.n * g.batch for g in linears) * FP8_CAST_BYTES / rate
+    return forward, backward
+
+
+def layer(model: ModelPreset, lay: Layout, gpu: GpuProfile, kind: str,
+          precision: str = "bf16") -> tuple[float, float]:
+    """(forward, backward) seconds of a layer of `kind` (helpers/memory/static.layer_kind); FP8
+    training adds its quantisation passes (`fp8_casts`)."""
     h = model.hidden_size / (lay.tp if lay.sp else 1)
     hidden_share = 0.5 if model.is_hybrid else 1.0
     width, style = ffn_width(model, kind)
     rate = rates(gpu).elementwise_gb_per_s * 1e9
-    return tuple(tokens(lay) * (hidden_share * per_h * h + per_f * width / lay.tp) * BF16 / rate
-                 for per_h, per_f in zip(ELEMENTWISE_PER_HIDDEN, ELEMENTWISE_PER_FFN[style]))
+    out = tuple(tokens(lay) * (hidden_share * per_h * h + per_f * width / lay.tp) * BF16 / rate
+                for per_h, per_f in zip(ELEMENTWISE_PER_HIDDEN, ELEMENTWISE_PER_FFN[style]))
+    if kind in ("moe", "E"):
+        routing = moe_routing(model, lay, gpu)
+        out = (out[0] + routing[0], out[1] + routing[1])
+    if precision == "fp8":
+        casts = fp8_casts(model, lay, gpu, kind)
+        out = (out[0] + casts[0], out[1] + casts[1])
+    return out
+
+
+# Bytes per hidden value that Megatron's MoE layer moves around its experts, forward and backward, per
+# token-expert pair (P) and per token (T), with its alltoall dispatcher and fused permutation: the
+# permutation reads a token and writes each of its k copies (T + P), the copies are sorted by local
+# expert after the exchange and back before it (2 x (P + P) with EP > 1), and the unpermutation reads
+# the k outputs and writes their probability-weighted sum (P + T); the backward moves the same.
+MOE_PASSES_PER_PAIR = 6
+MOE_PASSES_PER_TOKEN = 2
+
+
+def moe_routing(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> tuple[float, float]:
+    """(forward, backward) seconds of a MoE layer's router (scores, top-k over its E experts in fp32)
+    and token permutations (MOE_PASSES_*), memory-bound, at the GPU's elementwise rate."""
+    from helpers.advisor.time.layer_gemms import routed_pairs
+
+    T = tokens(lay) / (lay.tp if lay.sp else 1)
+    pairs = routed_pairs(model, lay)
+    sort = 1.0 if lay.ep > 1 and model.num_experts // lay.ep > 1 else 0.0
+    per_pair = MOE_PASSES_PER_PAIR - 4 * (1 - sort)  # no sort by local expert: the permutations alone
+    nbytes = (per_pair * pairs + MOE_PASSES_PER_TOKEN * T) * model.hidden_size * BF16 \
+        + 4 * T * model.num_experts * 4  # router scores, probabilities, top-k mask and gradient (fp32)
+    seconds = nbytes / (rates(gpu).elementwise_gb_per_s * 1e9)
+    return seconds, seconds
 
 
 def layer_of(model: ModelPreset, lay: Layout, gpu: GpuProfile, i: int) -> tuple[float, float]:

@@ -8,7 +8,15 @@ batch of a batched product), measured on the H200 in eager torch (benchmarks/adv
 `gemm_size_classes`: each shape's forward and two backward products, the median of the shapes in
 a class that their bytes do not bound, over the median of the largest class). Below about 4
 GFLOPs a kernel's time is mostly the host's launch (about 10 microseconds per product), so the
-small classes fall steeply; narrow GEMMs that the memory bounds are the roofline's `bytes` side."""
+small classes fall steeply; narrow GEMMs that the memory bounds are the roofline's `bytes` side.
+
+Precision: with FP8 training (Transformer Engine's FP8 GEMMs, or the kit's local FP8 linears) the
+transformer layers' linears (`fp8_linear`: QKV, projections, MLP and expert FCs, MLA's and Mamba's
+projections) run at the GPU's dense FP8 peak times the same achieved fraction, reading 1-byte
+operands and writing 16-bit results. The rest stays 16-bit as Megatron-Core runs it: the router
+(a plain matmul), Mamba's chunked scan, the attention core, the output layer. The same fraction is
+an assumption (the H200's FP8 GEMMs are not measured here), and the quantisation casts are not a
+term of the model."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,6 +24,18 @@ from dataclasses import dataclass
 from helpers.advisor.gpus import GpuProfile, rates
 
 BYTES = 2  # bf16 / fp16 operands and results
+MEASURED_PEAK_TFLOPS = 989.0  # the H200's dense BF16 peak, on which SIZE_CLASSES were measured
+FP8_BYTES = 1  # an FP8 GEMM's operands (its result stays 16-bit)
+
+# The forward GEMMs (helpers/advisor/time/layer_gemms.py) that are Transformer Engine linears, so FP8
+# with FP8 training: by name, or by the suffix an MLP's FCs carry (mlp., experts., shared_experts.)
+FP8_LINEARS = frozenset({"qkv", "proj", "q", "q_down", "q_up", "kv_down", "kv_up", "in_proj", "out_proj"})
+FP8_LINEAR_SUFFIXES = (".fc1", ".fc2")
+# Those that stay 16-bit: the router's matmul, Mamba's scan products (ssd.*), the materialised
+# attention's products and the output layer (tests/unit/test_advisor_precision.py checks that every
+# GEMM the time model builds is in one list or the other)
+BF16_GEMMS = frozenset({"router", "scores", "values", "output_layer"})
+BF16_PREFIXES = ("ssd.",)
 
 # (FLOPs of one kernel at least, fraction of the large-GEMM rate), smallest first; measured on the H200
 # (benchmarks/advisor/gemm_sizes_results.json; tests/unit/test_advisor_time.py derives them again)
@@ -38,6 +58,26 @@ class Gemm:
     def bytes(self) -> float:
         return BYTES * (self.m * self.k + self.k * self.n + self.m * self.n) * self.batch
 
+    @property
+    def forward_name(self) -> str:
+        """The name of the forward GEMM this one belongs to (without .dgrad / .wgrad)."""
+        for suffix in (".dgrad", ".wgrad"):
+            if self.name.endswith(suffix):
+                return self.name[:-len(suffix)]
+        return self.name
+
+    @property
+    def fp8_linear(self) -> bool:
+        """Whether FP8 training runs this GEMM (forward or backward) in FP8."""
+        name = self.forward_name
+        return name in FP8_LINEARS or name.endswith(FP8_LINEAR_SUFFIXES)
+
+    def bytes_in(self, precision: str) -> float:
+        """Bytes read and written in `precision`: FP8 reads 1-byte operands and writes a 16-bit result."""
+        if precision == "fp8" and self.fp8_linear:
+            return (FP8_BYTES * (self.m * self.k + self.k * self.n) + BYTES * self.m * self.n) * self.batch
+        return self.bytes
+
     def backward(self) -> list["Gemm"]:
         """The two products of its backward: input gradient dY.W^T and weight gradient X^T.dY."""
         return [Gemm(self.name + ".dgrad", self.m, self.n, self.k, self.batch),
@@ -53,11 +93,16 @@ def size_fraction(flops: float, classes: list[tuple[float, float]] = SIZE_CLASSE
     return out
 
 
-def seconds(g: Gemm, gpu: GpuProfile) -> float:
+def seconds(g: Gemm, gpu: GpuProfile, precision: str = "bf16") -> float:
+    """`precision`: the job's ("bf16" or "fp8"); only the FP8 linears (Gemm.fp8_linear) take it."""
     r = rates(gpu)
-    rate = gpu.peak_bf16_tflops * 1e12 * r.gemm_fraction * size_fraction(g.flops)
-    return max(g.flops / rate, g.bytes / (r.copy_gb_per_s * 1e9))
+    own = precision if g.fp8_linear else "bf16"
+    peak = gpu.peak_tflops(own)
+    # the size classes are the H200's (BF16): a kernel falls in the class of the one that takes the H200
+    # as long at its peak, since what makes small kernels slow (launch, tail) is time, not FLOPs
+    rate = peak * 1e12 * r.gemm_fraction * size_fraction(g.flops * MEASURED_PEAK_TFLOPS / peak)
+    return max(g.flops / rate, g.bytes_in(own) / (r.copy_gb_per_s * 1e9))
 
 
-def total_seconds(gemms: list[Gemm], gpu: GpuProfile) -> float:
-    return sum(seconds(g, gpu) for g in gemms)
+def total_seconds(gemms: list[Gemm], gpu: GpuProfile, precision: str = "bf16") -> float:
+    return sum(seconds(g, gpu, precision) for g in gemms)

@@ -1,12 +1,14 @@
 """One layer's time on one rank for one microbatch, forward and backward, term by term: GEMMs
 (gemm.py over layer_gemms.py), the attention core (attention.py), memory-bound kernels
 (elementwise.py), TP/SP (tensor_parallel.py), CP (context_parallel.py), EP (expert_parallel.py),
-and recompute's extra forward in the backward (recompute.py). Layers of one kind take equal time,
+a MoE layer's host-bound time (calibration.MOE_HOST_S) and recompute's extra forward in the backward
+(recompute.py). Layers of one kind take equal time,
 so a stage's time is a sum over its kinds."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from helpers.advisor import calibration
 from helpers.advisor.execution import Execution
 from helpers.advisor.gpus import GpuProfile
 from helpers.advisor.time import (attention, context_parallel, elementwise, expert_parallel, gemm, layer_gemms,
@@ -15,7 +17,7 @@ from helpers.advisor.time.links import Link
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
 
-PARTS = ("gemm", "attention", "elementwise", "tp", "cp", "ep")
+PARTS = ("gemm", "attention", "elementwise", "tp", "cp", "ep", "host")
 
 
 @dataclass(frozen=True)
@@ -36,16 +38,19 @@ def of_kind(model: ModelPreset, lay: Layout, kind: str, gpu: GpuProfile, links: 
             execution: Execution, recompute_mode: str) -> LayerTime:
     """`links`: {"tp", "etp", "cp", "ep": Link} (links.py)."""
     gemms = layer_gemms.of_kind(model, lay, kind)
-    g_fwd = gemm.total_seconds(gemms, gpu)
-    g_bwd = gemm.total_seconds([b for g in gemms for b in g.backward()], gpu)
+    precision = execution.precision  # FP8 training: the linears' GEMMs in FP8 (gemm.py)
+    g_fwd = gemm.total_seconds(gemms, gpu, precision)
+    g_bwd = gemm.total_seconds([b for g in gemms for b in g.backward()], gpu, precision)
     column_bwd = gemm.total_seconds([b for g in gemms if g.name in tensor_parallel.COLUMN_PARALLEL
-                                     for b in g.backward()], gpu)
+                                     for b in g.backward()], gpu, precision)
     attn = attention.core(model, lay, gpu, execution) if kind in layer_gemms.ATTENTION_KINDS else (0.0, 0.0)
-    elem = elementwise.layer(model, lay, gpu, kind)
+    elem = elementwise.layer(model, lay, gpu, kind, precision)
     tp = tensor_parallel.layer(model, lay, kind, links["tp"], links["etp"], execution, column_bwd)
     cp = context_parallel.layer(model, lay, links["cp"], attn) if kind in layer_gemms.ATTENTION_KINDS else (0.0, 0.0)
     ep = expert_parallel.layer(model, lay, links["ep"]) if kind in layer_gemms.MOE_KINDS else (0.0, 0.0)
-    forward = dict(zip(PARTS, (g_fwd, attn[0], elem[0], tp[0], cp[0], ep[0])))
-    backward = dict(zip(PARTS, (g_bwd, attn[1], elem[1], tp[1], cp[1], ep[1])))
+    # a MoE layer's host-bound share (calibration.MOE_HOST_S), half in each direction
+    host = calibration.MOE_HOST_S / 2 if kind in layer_gemms.MOE_KINDS else 0.0
+    forward = dict(zip(PARTS, (g_fwd, attn[0], elem[0], tp[0], cp[0], ep[0], host)))
+    backward = dict(zip(PARTS, (g_bwd, attn[1], elem[1], tp[1], cp[1], ep[1], host)))
     backward["recompute"] = recompute.extra_seconds(recompute_mode, sum(forward.values()), attn[0])
     return LayerTime(forward, backward)

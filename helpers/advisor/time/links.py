@@ -18,6 +18,11 @@ from helpers.job.layout import Layout
 class Link:
     gb_per_s: float  # per GPU and direction, datasheet (before COLLECTIVE_EFFICIENCY)
     inter_node: bool
+    nodes: int = 1  # nodes the group spans: its ring steps between nodes take the network's hop latency
+    # one GPU's own network port (a group spanning nodes): what a rank's traffic to ranks on other
+    # nodes goes through when every rank talks to every other (all-to-all), unlike a ring, whose
+    # node-to-node hops spread over all the node's ports
+    port_gb_per_s: float | None = None
 
     @property
     def kind(self) -> str:
@@ -29,7 +34,8 @@ def group(size: int, stride: int, gpus_per_node: int, gpu: GpuProfile) -> Link:
     if stride * size <= gpus_per_node:
         return Link(gpu.intra_node_gb_per_s, False)
     per_node = max(1, min(size, gpus_per_node // stride))
-    return Link(min(gpu.intra_node_gb_per_s, per_node * gpu.inter_node_gb_per_s), True)
+    return Link(min(gpu.intra_node_gb_per_s, per_node * gpu.inter_node_gb_per_s), True, -(-size // per_node),
+                gpu.inter_node_gb_per_s)
 
 
 def groups(lay: Layout) -> dict[str, tuple[int, int]]:

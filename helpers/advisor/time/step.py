@@ -23,7 +23,7 @@ from helpers.job.models import ModelPreset
 from helpers.memory.static import layer_kind, layer_params, stage_layers
 from helpers.memory.training import Training
 
-TERMS = ("gemm", "attention", "elementwise", "tp", "cp", "ep", "recompute", "output_layer", "pp_p2p",
+TERMS = ("gemm", "attention", "elementwise", "tp", "cp", "ep", "host", "recompute", "output_layer", "pp_p2p",
          "grad_accumulate", "bubble", "dp", "optimizer")
 
 
@@ -86,9 +86,8 @@ def predict(model: ModelPreset, lay: Layout, training: Training, gpu: GpuProfile
         parts["grad_accumulate"] = optimizer.accumulate_seconds(dense + expert, gpu, execution)
         per_micro = sum(parts.values())
         backward = sum(count * kind_time(k).backward_s for k, count in counts.items())
-        reduce_s, gather_s = data_parallel.sync_seconds(dense, expert, lay, training.dist_opt, execution,
-                                                        link["dp_cp"], link["edp"])
-        dp = data_parallel.exposed_seconds(reduce_s, gather_s, execution, backward, per_micro - backward)
+        sync = data_parallel.sync(dense, expert, lay, training.dist_opt, execution, link["dp_cp"], link["edp"])
+        dp = data_parallel.exposed_seconds(sync, execution, backward, per_micro - backward)
         stages.append((per_micro, parts, dp, optimizer.step_seconds(dense, expert, lay, training.dist_opt, gpu)))
     per_micro = [p for p, *_ in stages]
     busiest = max(range(len(stages)), key=lambda s: per_micro[s])
