@@ -1,6 +1,7 @@
 # Two commands for a newcomer: `make demo` (a TP=2 x DP=2 CPU job on real text that saves, reloads and
 # validates: the report card shows all eight checks) and `make test` (the whole suite). `make check` is
-# the fast tier to run after every change: the unit tests (no torchrun jobs, no notebooks).
+# the fast tier to run after every change: the package layout's import contracts (.importlinter, with
+# import-linter's lint-imports) and the unit tests (no torchrun jobs, no notebooks).
 # Both create .venv with Python 3.12 on first use and install the kit into it; later runs skip the
 # install unless pyproject.toml changed (the stamp file carries its hash).
 SHELL := /bin/bash
@@ -39,6 +40,7 @@ demo: install
 	$(PY) -m helpers --tp 2 --nproc 4 --iters 5 --data wikitext --save-interval 5
 
 check: install
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q tests/unit --durations=10
 
 test: install

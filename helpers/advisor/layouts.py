@@ -6,7 +6,7 @@ Enumerated, for `gpus` GPUs of `gpus_per_node` each:
        time model says how slow, so it ranks low rather than vanishing)
   CP   every divisor of what TP leaves
   PP   every divisor of what TP x CP leaves, up to the layer count; uneven first/last stages when
-       the layers do not divide (Layout.suggest_uneven)
+       the layers do not divide (each of Layout.uneven_splits)
   VPP  none, or any count of virtual stages that divides each stage's layers (PP > 1)
   EP   MoE only: every divisor of the GPUs per pipeline stage; ETP 1 or TP (Megatron's two usual)
   SP   on and off when TP > 1
@@ -57,11 +57,13 @@ def candidates(model: ModelPreset, gpus: int, gpus_per_node: int, seq_len: int, 
     per_node = min(gpus_per_node, gpus)
     for tp, cp, pp, vpp, ep, etp, sp in structures(model, gpus):
         dp = gpus // (tp * cp * pp)
-        first = last = None
+        # layers the stages do not divide: every split as short on its busiest stage as any, for the
+        # plan and the time model to choose among (the first stage holds the most micro batches in flight)
+        splits = [(None, None)]
         if pp > 1 and model.num_layers % pp and vpp is None:
-            first, last = Layout.suggest_uneven(model.num_layers, pp)
+            splits = Layout.uneven_splits(model.num_layers, pp)
         micro = [b for b in divisors(max(global_batch // dp, 1)) if b <= max_micro_batch] or [1]
-        for mb in micro:
+        for (first, last), mb in ((split, mb) for split in splits for mb in micro):
             lay = Layout(nproc=gpus, tp=tp, cp=cp, pp=pp, vpp=vpp, ep=ep, etp=etp, sp=sp,
                          first_stage_layers=first, last_stage_layers=last, micro_batch=mb,
                          global_batch=global_batch, seq_len=seq_len, gpus_per_node=per_node, backend=backend)

@@ -4,11 +4,13 @@ start with the piece that is missing named. No third outcome.
 
 The list of architectures is read from the installed Megatron-Bridge itself: every
 `register_bridge(source=...)` or `register_bridge_implementation(source=...)` in its sources,
-parsed with `ast` (no import: Bridge's full import takes ~9 s and needs the TE stand-in). tests/unit/test_hf_model.py
-checks that this equals Bridge's live registry (`AutoBridge.list_supported_models()`), that every
-text-only architecture found has exactly one outcome here, and that docs/architectures.md is
-`markdown()`. `python -m helpers --list-architectures` prints the same table. Which family each
-architecture is, and what is missing for a refused one: its record in helpers/job/families.py."""
+parsed with `ast` (no import: Bridge's full import takes ~9 s and needs the TE stand-in).
+tests/unit/test_hf_model.py checks that this equals Bridge's live registry
+(`AutoBridge.list_supported_models()`), tests/unit/test_architectures.py that every text-only
+architecture found has exactly one outcome here. `python -m helpers --list-architectures` prints the
+table (`markdown()`); docs/architectures.md is that table with the tests that check each row. Which
+family each architecture is, and what is missing for a refused one: its record in
+helpers/job/families.py."""
 from __future__ import annotations
 
 import ast
@@ -42,8 +44,6 @@ class Registration:
 class Supported:
     family: str
     exercises: str  # what the tiny model exercises in the kit's builder
-    layouts: str  # the layouts its logits are checked at
-    test: str  # where: test file (::function)
     configs: str = ""  # its rotary kinds and the config.json values refused for it
 
 
@@ -86,7 +86,8 @@ PIECES = {p.name: p for p in (
     Piece("unchecked", "a parity check: this combination of layers has not been held to transformers' logits "
           "on the kit's builder",
           "give its record in helpers/job/families.py what the kit's builder adds for it, a tiny random model "
-          "and the layouts the parity job (tests/jobs/test_hf_import.py) checks it at, and no missing pieces",
+          "and no missing pieces, and tests/hf_families.py the layouts the parity job "
+          "(tests/jobs/test_hf_import.py) checks it at",
           "{}"),
     Piece("router_losses", "training that matches one process: Megatron-Bridge 0.6.2 gives its router Megatron's "
           "global_aux_loss (coefficient 1e-2), whose gradient depends on the layout. Each rank's auxiliary loss is "
@@ -147,9 +148,6 @@ PIECES = {p.name: p for p in (
           "ignores those layers too)"),
 )}
 
-REFUSAL_TEST = "tests/unit/test_architectures.py::test_refused_before_start"
-
-
 def configs(family: families.Family) -> str:
     """A supported family's rotary kinds and refused config.json values, as its row says them."""
     def value(key, allowed) -> str:
@@ -163,7 +161,7 @@ def configs(family: families.Family) -> str:
     refused = "; ".join(dict.fromkeys(r.says for r in family.config_refusals))
     return "; ".join(x for x in (kinds, f"refused: {refused}" if refused else "") if x)
 # Every family's outcome, from its record (helpers/job/families.py)
-SUPPORTED = {a: Supported(f.name, f.exercises, f.layouts, f.test, configs(f))
+SUPPORTED = {a: Supported(f.name, f.exercises, configs(f))
              for f in families.FAMILIES if f.supported for a in f.architectures}
 REFUSED = {a: Refused(f.name, f.missing) for f in families.FAMILIES if not f.supported for a in f.architectures}
 
@@ -246,7 +244,6 @@ class Row:
     family: str
     outcome: str  # "supported" | "refused"
     detail: str  # what is exercised / what is missing
-    test: str
 
 
 def table() -> list[Row]:
@@ -255,18 +252,24 @@ def table() -> list[Row]:
     for arch in text_architectures():
         if arch in SUPPORTED:
             s = SUPPORTED[arch]
-            rows.append(Row(arch, s.family, "supported", f"{s.exercises}; logits = transformers' at {s.layouts}"
-                            + (f"; {s.configs}" if s.configs else ""), s.test))
+            rows.append(Row(arch, s.family, "supported", s.exercises + (f"; {s.configs}" if s.configs else "")))
         else:
             pieces = refusal(arch)
             family = REFUSED[arch].family if arch in REFUSED else "?"
-            rows.append(Row(arch, family, "refused", "missing " + "; ".join(p.what for p in pieces),
-                            f"{REFUSAL_TEST}[{arch}]"))
+            rows.append(Row(arch, family, "refused", "missing " + "; ".join(p.what for p in pieces)))
     return sorted(rows, key=lambda r: (r.outcome != "supported", r.family.lower()))
 
 
+COLUMNS = ("architecture", "family", "outcome", "exercised / missing")
+
+
+def cells(row: Row) -> tuple[str, ...]:
+    """One row of the markdown table, a cell per column of COLUMNS."""
+    return f"`{row.architecture}`", row.family, row.outcome, row.detail
+
+
 def markdown() -> str:
-    """docs/architectures.md, and what `python -m helpers --list-architectures` prints."""
+    """What `python -m helpers --list-architectures` prints: the table as markdown."""
     version = importlib.metadata.version(BRIDGE)
     rows = table()
     supported = sum(r.outcome == "supported" for r in rows)
@@ -275,19 +278,11 @@ def markdown() -> str:
         "",
         f"Every text-only causal-LM architecture Megatron-Bridge {version} registers, and what the kit does "
         f"with it: {supported} supported, {len(rows) - supported} refused before start with the missing piece "
-        "named. Generated by `python -m helpers --list-architectures` from Bridge's registry, "
-        "`helpers/job/families.py` and `helpers/job/architectures.py`; a unit test keeps this page equal to it.",
+        "named. From Bridge's registry, `helpers/job/families.py` and `helpers/job/architectures.py`; "
+        "`docs/architectures.md` adds the layouts each supported family is checked at and the tests.",
         "",
-        "For a supported family, every parameter's gradient after one backward also equals transformers' in each "
-        "layout listed (`test_gradients_equal_transformers`), and each config variant of its tiny model (one "
-        "config.json choice changed: embeddings tied or not, KV heads, biases, q-LoRA, leading dense layers, shared "
-        "experts, rotary scaling kinds; `helpers/launch/hf_variants.py`) either equals transformers or is refused "
-        "before start by the rule its row names (`test_config_variants_are_refused_by_name_or_equal_transformers`, "
-        "both in `tests/jobs/test_hf_import.py`).",
-        "",
-        "| architecture | family | outcome | exercised / missing | checked by |",
-        "|---|---|---|---|---|",
+        "| " + " | ".join(COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
     ]
-    lines += [f"| `{r.architecture}` | {r.family} | {r.outcome} | {r.detail} | "
-              + ", ".join(f"`{t}`" for t in r.test.split(", ")) + " |" for r in rows]
+    lines += ["| " + " | ".join(cells(r)) + " |" for r in rows]
     return "\n".join(lines) + "\n"

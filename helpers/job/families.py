@@ -2,13 +2,13 @@
 
 A record says which architectures (config.json "architectures") and model types ("model_type") are
 the family's, what the kit's builder adds for it beyond what config.json's values say, where Bridge
-looks for its tensors when they are not under model.*, how its tiny random test model is made
-(transformers' config class and the overrides of TINY_COMMON) and which layouts that model is
-checked at, and the family's row of docs/architectures.md, or the pieces the kit lacks for it.
-Readers: helpers/job/hf_model.py (config.json described), helpers/job/architectures.py (supported
-or refused), helpers/job/hf_names.py (tensor names), helpers/runtime/hf/config.py (the provider's
-flags for the builder), helpers/launch/tiny_hf.py (tiny models) and the tests that check every
-family. Adding a family is adding its record to FAMILIES.
+looks for its tensors when they are not under model.*, how its tiny random model is made
+(transformers' config class and the overrides of TINY_COMMON), and what the family's row of the
+architecture table says, or the pieces the kit lacks for it. Readers: helpers/job/hf_model.py
+(config.json described), helpers/job/architectures.py (supported or refused), helpers/job/hf_names.py
+(tensor names), helpers/runtime/hf/config.py (the provider's flags for the builder),
+helpers/launch/tiny_hf.py (tiny models). Adding a family is adding its record to FAMILIES, and the
+layouts its tiny model is checked at to tests/hf_families.py.
 
 What config.json states itself (sliding windows, soft caps, MLA, experts and their routing, QKV
 biases when attention_bias says so, q/k norms when use_qk_norm does) is read from config.json, not
@@ -24,21 +24,6 @@ PER_HEAD = "per_head"  # one q and one k norm of head_dim, shared by the heads
 # One norm over all heads at once, heads x head_dim (layers/full_width_qk_norm.py): Bridge builds it
 # with its own attention class in a TE layer spec, which the kit replaces.
 FULL_WIDTH = "full_width"
-
-HF_IMPORT_TEST = "tests/jobs/test_hf_import.py::test_logits_equal_transformers_and_export_is_bit_identical"
-TRAIN_TEST = "tests/jobs/test_hf_import.py::test_family_trains_at_its_layout_like_one_process"
-
-# Layouts (JobSpec sizes) a tiny model is checked at, on the tests' two processes.
-ONE = {}  # TP=1 (DP=2)
-TP2 = dict(tp=2)
-PP2 = dict(pp=2)
-TP2_SP = dict(tp=2, sp=True)
-EP2 = dict(ep=2)
-CP2 = dict(cp=2)
-TP2_SP_EP2 = dict(tp=2, sp=True, ep=2, etp=1)
-TP2_SP_ETP1 = dict(tp=2, sp=True, etp=1)  # biased experts: Megatron builds them at expert TP 1 only
-DENSE = (ONE, TP2, PP2, TP2_SP)
-MOE = (ONE, TP2_SP, EP2, TP2_SP_EP2)  # MoE with TP needs SP
 
 # What every tiny model shares; a family's Tiny.fields override it.
 TINY_VOCAB = 512  # the tiny models' vocabulary; the byte tokenizer (helpers/launch/tiny_hf.py) uses 257 of it
@@ -66,20 +51,18 @@ class Tiny:
     fields: dict  # over TINY_COMMON
     without: tuple[str, ...] = ()  # TINY_COMMON keys the config class does not take
     pattern_key: str | None = None  # the per-layer list num_layers repeats (hybrids), else num_hidden_layers
-    parity: tuple[dict, ...] = ()  # layouts whose logits tests/jobs/test_hf_import.py holds to transformers'
-    trained: dict | None = None  # the layout it trains 5 iterations at there, against one process
 
 
 @dataclass(frozen=True)
 class ConfigRefusal:
     """A config.json value that refuses a supported family: `applies(config.get(key))`, or
     `applies(config)` for a rule over several keys (key None). Found by building every config
-    variant of the family's tiny model (helpers/launch/hf_variants.py): a variant the worker could
+    variant of the family's tiny model (tests/jobs/hf_variants.py): a variant the worker could
     not build, or built as another model than transformers', gets a refusal here."""
     key: str | None
     applies: Callable[[object], bool]
     piece: str  # a Piece of helpers/job/architectures.py
-    says: str  # the refused config in config.json's words, for the family's row of docs/architectures.md
+    says: str  # the refused config in config.json's words, for the family's row of the architecture table
 
 
 @dataclass(frozen=True)
@@ -108,10 +91,8 @@ class Family:
     # (rope_outside).
     rope_kinds: dict = field(default_factory=lambda: dict(DEFAULT_ROPE))
     tiny: tuple[Tiny, ...] = ()
-    # Its row of docs/architectures.md when supported:
+    # Its row of the architecture table (python -m helpers --list-architectures) when supported:
     exercises: str = ""  # what the tiny model exercises in the kit's builder
-    layouts: str = ""  # the layouts its logits are checked at
-    test: str = ""  # where: test file (::function)
     missing: tuple[str, ...] = ()  # refused: the Pieces (helpers/job/architectures.py) the kit lacks
 
     @property
@@ -217,16 +198,15 @@ FAMILIES = (
                     "llama3": {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}},
         # GQA (4 heads, 2 KV heads), SwiGLU, rope theta 500000 (not the default 10000)
         tiny=(Tiny("llama", "LlamaConfig", dict(intermediate_size=160, num_hidden_layers=2, num_key_value_heads=2,
-                                                 rope_parameters=default_rope(5e5)), parity=DENSE),),
-        exercises="GQA, SwiGLU, rotary base", layouts="TP=1, TP=2, PP=2, TP=2+SP", test=HF_IMPORT_TEST + "[llama-*]"),
+                                                 rope_parameters=default_rope(5e5))),),
+        exercises="GQA, SwiGLU, rotary base"),
     Family(
         "Qwen3", ("Qwen3ForCausalLM",), ("qwen3",), qk_norm=PER_HEAD, config_refusals=(ATTENTION_BIAS,),
         # head_dim 32 != hidden/heads 16, tied input/output embeddings
         tiny=(Tiny("qwen3", "Qwen3Config", dict(tie_word_embeddings=True, intermediate_size=160, num_hidden_layers=2,
                                                  num_key_value_heads=2, head_dim=32,
-                                                 rope_parameters=default_rope(1e6)), parity=DENSE),),
-        exercises="qk-norm, head_dim != hidden/heads, tied embeddings", layouts="TP=1, TP=2, PP=2, TP=2+SP",
-        test=HF_IMPORT_TEST + "[qwen3-*]"),
+                                                 rope_parameters=default_rope(1e6))),),
+        exercises="qk-norm, head_dim != hidden/heads, tied embeddings"),
     Family(
         "Qwen3-MoE", ("Qwen3MoeForCausalLM",), ("qwen3_moe",), qk_norm=PER_HEAD,
         # Bridge makes every layer an MoE one
@@ -239,28 +219,20 @@ FAMILIES = (
         tiny=(Tiny("qwen3moe", "Qwen3MoeConfig",
                    dict(intermediate_size=160, num_hidden_layers=2, num_key_value_heads=2, head_dim=32, num_experts=4,
                         num_experts_per_tok=2, moe_intermediate_size=32, decoder_sparse_step=1, mlp_only_layers=[],
-                        norm_topk_prob=True, rope_parameters=default_rope(1e6)),
-                   parity=MOE + (PP2,)),),
-        exercises="routed experts (softmax top-k), qk-norm", layouts="TP=1, TP=2+SP, EP=2, TP=2+SP+EP=2, PP=2",
-        test=HF_IMPORT_TEST + "[qwen3moe-*]"),
+                        norm_topk_prob=True, rope_parameters=default_rope(1e6))),),
+        exercises="routed experts (softmax top-k), qk-norm"),
     Family(
         "Qwen2 / Qwen2.5", ("Qwen2ForCausalLM",), ("qwen2",), qkv_bias=True, rope_kinds=ROPE_WITH_YARN,
-        # QKV biases randomised by tiny_hf.make (HF's are zeros); trained at TP=2, where the biases are split
+        # QKV biases randomised by tiny_hf.make (HF's are zeros)
         tiny=(Tiny("qwen2", "Qwen2Config", dict(intermediate_size=160, num_hidden_layers=2, num_key_value_heads=2,
-                                                 use_sliding_window=False, rope_parameters=default_rope(1e6)),
-                   parity=(ONE, TP2), trained=TP2),),
-        exercises="biases on the Q, K and V projections, GQA", layouts="TP=1, TP=2; 5 iterations at TP=2 = one process",
-        test=HF_IMPORT_TEST + "[qwen2-*], " + TRAIN_TEST + "[qwen2]"),
+                                                 use_sliding_window=False, rope_parameters=default_rope(1e6))),),
+        exercises="biases on the Q, K and V projections, GQA"),
     Family(
         "Mistral", ("MistralForCausalLM",), ("mistral",),
-        # a sliding window of 8 tokens (the tests' sequences are 32: it cuts keys off); trained at CP=2,
-        # where the window crosses the load-balanced chunks
+        # a sliding window of 8 tokens (the tests' sequences are 32: it cuts keys off)
         tiny=(Tiny("mistral", "MistralConfig", dict(intermediate_size=160, num_hidden_layers=2, num_key_value_heads=2,
-                                                     sliding_window=8, rope_parameters=default_rope(1e6)),
-                   parity=(ONE, TP2_SP), trained=CP2),),
-        exercises="sliding-window attention (window 8 of 32 tokens), GQA",
-        layouts="TP=1, TP=2+SP; 5 iterations at CP=2 = one process",
-        test=HF_IMPORT_TEST + "[mistral-*], " + TRAIN_TEST + "[mistral]"),
+                                                     sliding_window=8, rope_parameters=default_rope(1e6))),),
+        exercises="sliding-window attention (window 8 of 32 tokens), GQA"),
     Family(
         "DeepSeek-V3", ("DeepseekV3ForCausalLM",), ("deepseek_v3",), rope_kinds=ROPE_WITH_YARN,
         config_refusals=(TIED, ATTENTION_BIAS, no_shared_experts("n_shared_experts")),
@@ -274,11 +246,8 @@ FAMILIES = (
                         q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
                         n_routed_experts=16, num_experts_per_tok=4, moe_intermediate_size=32, n_shared_experts=1,
                         first_k_dense_replace=1, n_group=4, topk_group=2, norm_topk_prob=True,
-                        routed_scaling_factor=2.5, rope_parameters=default_rope(3e4)),
-                   parity=(ONE, EP2), trained=EP2),),
-        exercises="MLA, sigmoid routing with a routing bias and expert groups, scaled weights, shared experts",
-        layouts="TP=1, EP=2; 5 iterations at EP=2 = one process",
-        test=HF_IMPORT_TEST + "[dsv3-*], " + TRAIN_TEST + "[dsv3]"),
+                        routed_scaling_factor=2.5, rope_parameters=default_rope(3e4))),),
+        exercises="MLA, sigmoid routing with a routing bias and expert groups, scaled weights, shared experts"),
     Family(
         "GLM-4.5 (MoE)", ("Glm4MoeForCausalLM",), ("glm4_moe",),
         config_refusals=(TIED, no_shared_experts("n_shared_experts")),
@@ -289,25 +258,18 @@ FAMILIES = (
                         attention_bias=True, use_qk_norm=False, n_routed_experts=4, num_experts_per_tok=2,
                         moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1, n_group=1,
                         topk_group=1, norm_topk_prob=True, routed_scaling_factor=1.5,
-                        rope_parameters=default_rope(1e6, partial_rotary_factor=0.5)),
-                   parity=(ONE, EP2), trained=EP2),),
+                        rope_parameters=default_rope(1e6, partial_rotary_factor=0.5))),),
         exercises="partial rotary, QKV biases, sigmoid routing with a bias, shared experts (SequentialMLP twins of "
-                  "its grouped-expert mappings)",
-        layouts="TP=1, EP=2; 5 iterations at EP=2 = one process",
-        test=HF_IMPORT_TEST + "[glm4moe-*], " + TRAIN_TEST + "[glm4moe]"),
+                  "its grouped-expert mappings)"),
     Family(
         "OLMoE", ("OlmoeForCausalLM",), ("olmoe",), qk_norm=FULL_WIDTH, rope_kinds=ROPE_WITH_YARN,
         config_refusals=(TIED, ATTENTION_BIAS),
-        # 8 softmax-routed experts (top-2, not renormalised); trained at TP=2+SP, where the full-width
-        # norms are split by heads
+        # 8 softmax-routed experts (top-2, not renormalised)
         tiny=(Tiny("olmoe", "OlmoeConfig",
                    dict(intermediate_size=32, num_hidden_layers=2, num_key_value_heads=4, num_experts=8,
                         num_experts_per_tok=2, norm_topk_prob=False, eos_token_id=TINY_EOS, pad_token_id=None,
-                        bos_token_id=None, rope_parameters=default_rope(1e4)),
-                   parity=MOE[:3], trained=TP2_SP),),
-        exercises="q/k norms over all heads at once (split by heads over TP), softmax-routed experts",
-        layouts="TP=1, TP=2+SP, EP=2; 5 iterations at TP=2+SP = one process",
-        test=HF_IMPORT_TEST + "[olmoe-*], " + TRAIN_TEST + "[olmoe]"),
+                        bos_token_id=None, rope_parameters=default_rope(1e4))),),
+        exercises="q/k norms over all heads at once (split by heads over TP), softmax-routed experts"),
     Family(
         "GPT-OSS", ("GptOssForCausalLM",), ("gpt_oss",), all_biases=True, attention_sinks=True,
         config_refusals=(TIED, ConfigRefusal("attention_bias", lambda value: value is False, "no_attention_bias",
@@ -322,13 +284,10 @@ FAMILIES = (
         tiny=(Tiny("gptoss", "GptOssConfig",
                    dict(intermediate_size=48, num_hidden_layers=2, num_key_value_heads=2, head_dim=16,
                         num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
-                        layer_types=["sliding_attention", "full_attention"], attention_bias=True),
-                   parity=(ONE, TP2_SP_ETP1, EP2), trained=TP2_SP_ETP1),),
+                        layer_types=["sliding_attention", "full_attention"], attention_bias=True)),),
         exercises="attention sinks (Megatron's own local attention), sliding-window layers alternating with full "
                   "ones, YaRN rotary, biases everywhere, clamped SwiGLU experts with a router bias (their "
-                  "down-projection bias summed once at TP=2+SP: layers/biased_experts.py)",
-        layouts="TP=1, TP=2+SP, EP=2; 5 iterations at TP=2+SP = one process",
-        test=HF_IMPORT_TEST + "[gptoss-*], " + TRAIN_TEST + "[gptoss]"),
+                  "down-projection bias summed once at TP=2+SP: layers/biased_experts.py)"),
     Family(
         "GLM-4.7-Flash", ("Glm4MoeLiteForCausalLM",), ("glm4_moe_lite",),
         # its YaRN rounds the correction range as transformers' does by default; Bridge's MLA mapping drops truncate
@@ -346,12 +305,9 @@ FAMILIES = (
                         kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=4,
                         num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
                         mlp_layer_types=["dense", "sparse", "sparse"], n_group=1, topk_group=1, norm_topk_prob=True,
-                        routed_scaling_factor=1.8, rms_norm_eps=1e-6, rope_parameters=default_rope(1e4)),
-                   parity=(ONE, EP2), trained=EP2),),
+                        routed_scaling_factor=1.8, rms_norm_eps=1e-6, rope_parameters=default_rope(1e4))),),
         exercises="MLA with sigmoid routing and a routing bias, shared experts, dense layers listed in "
-                  "mlp_layer_types",
-        layouts="TP=1, EP=2; 5 iterations at EP=2 = one process",
-        test=HF_IMPORT_TEST + "[glm47flash-*], " + TRAIN_TEST + "[glm47flash]"),
+                  "mlp_layer_types"),
     Family(
         "Hunyuan V3", ("HYV3ForCausalLM",), ("hy_v3",), qk_norm=PER_HEAD, rope_kinds=ROPE_WITH_YARN,
         config_refusals=(ConfigRefusal("first_k_dense_replace", lambda value: value is None, "first_k_dense_replace",
@@ -365,22 +321,16 @@ FAMILIES = (
                    dict(intermediate_size=128, num_hidden_layers=3, num_key_value_heads=2, head_dim=16, num_experts=4,
                         num_experts_per_tok=2, num_shared_experts=1, moe_intermediate_size=32,
                         router_scaling_factor=2.5, mlp_layer_types=["dense", "sparse", "sparse"],
-                        first_k_dense_replace=1, rope_parameters=default_rope(1e4)),
-                   parity=(ONE, EP2), trained=EP2),),
+                        first_k_dense_replace=1, rope_parameters=default_rope(1e4))),),
         exercises="qk-norm, sigmoid routing with a routing bias and scaled weights, a shared expert, leading dense "
-                  "layers (first_k_dense_replace in config.json)",
-        layouts="TP=1, EP=2; 5 iterations at EP=2 = one process",
-        test=HF_IMPORT_TEST + "[hyv3-*], " + TRAIN_TEST + "[hyv3]"),
+                  "layers (first_k_dense_replace in config.json)"),
     Family(
         "Gemma", ("GemmaForCausalLM",), ("gemma",), scaled_embedding=True, zero_centered_norms=True,
         config_refusals=(UNTIED, ATTENTION_BIAS),
-        # one KV head, head_dim 32; trained at PP=2: scaled embeddings on the first stage, tied to the last
+        # one KV head, head_dim 32
         tiny=(Tiny("gemma", "GemmaConfig", dict(GEMMA, num_hidden_layers=2, num_key_value_heads=1,
-                                                 rope_parameters=default_rope(1e4)),
-                   parity=DENSE[:3], trained=PP2),),
-        exercises="norms with a (1 + weight) gain, embeddings x sqrt(hidden), GeGLU, one KV head, tied embeddings",
-        layouts="TP=1, TP=2, PP=2; 5 iterations at PP=2 = one process",
-        test=HF_IMPORT_TEST + "[gemma-*], " + TRAIN_TEST + "[gemma]"),
+                                                 rope_parameters=default_rope(1e4))),),
+        exercises="norms with a (1 + weight) gain, embeddings x sqrt(hidden), GeGLU, one KV head, tied embeddings"),
     Family(
         "Gemma 2", ("Gemma2ForCausalLM",), ("gemma2",), sandwich_norms=True, scaled_embedding=True,
         zero_centered_norms=True, config_refusals=(UNTIED, ATTENTION_BIAS),
@@ -389,13 +339,9 @@ FAMILIES = (
         tiny=(Tiny("gemma2", "Gemma2Config",
                    dict(GEMMA, num_hidden_layers=2, num_key_value_heads=2, query_pre_attn_scalar=24, sliding_window=8,
                         attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
-                        layer_types=["sliding_attention", "full_attention"], rope_parameters=default_rope(1e4)),
-                   parity=(ONE, TP2_SP, PP2), trained=TP2_SP),),
+                        layer_types=["sliding_attention", "full_attention"], rope_parameters=default_rope(1e4))),),
         exercises="Gemma's layers plus sandwich norms, soft-capped attention scores and final logits, "
-                  "query_pre_attn_scalar, sliding windows on every other layer",
-        layouts="TP=1, TP=2+SP, PP=2; 5 iterations at TP=2+SP = one process (CP refused: the soft-capped "
-                "attention is built for cp=1)",
-        test=HF_IMPORT_TEST + "[gemma2-*], " + TRAIN_TEST + "[gemma2]"),
+                  "query_pre_attn_scalar, sliding windows on every other layer"),
     Family(
         "Gemma 3", ("Gemma3ForCausalLM",), ("gemma3_text",), qk_norm=PER_HEAD, sandwich_norms=True,
         scaled_embedding=True, local_global_rotary=True, zero_centered_norms=True,
@@ -407,27 +353,21 @@ FAMILIES = (
             UNTIED, ATTENTION_BIAS),
         # Gemma 2's layers without soft caps, plus per-head q/k norms; six layers, five sliding (window
         # 8, rotary base 1e4) then one full (rotary base 1e6, linear scaling x8): transformers' default
-        # layer pattern. Trained at PP=2 (the layer numbering across stages) and, in its own test, at CP=2.
+        # layer pattern.
         tiny=(Tiny("gemma3", "Gemma3TextConfig",
                    dict(GEMMA, num_hidden_layers=6, num_key_value_heads=2, query_pre_attn_scalar=24, sliding_window=8,
                         rope_parameters={"sliding_attention": default_rope(1e4),
-                                         "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}}),
-                   parity=(ONE, TP2_SP, PP2), trained=PP2),),
+                                         "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6}})),),
         exercises="Gemma 2's sandwich norms without soft caps, per-head q/k norms, five sliding-window layers to one "
-                  "full one, each kind with its own rotary base (the full one scaled linearly)",
-        layouts="TP=1, TP=2+SP, PP=2; 5 iterations at PP=2 and at CP=2 = one process",
-        test=HF_IMPORT_TEST + "[gemma3-*], " + TRAIN_TEST + "[gemma3], "
-             "tests/jobs/test_hf_import.py::test_gemma3_trains_at_cp2_like_one_process"),
+                  "full one, each kind with its own rotary base (the full one scaled linearly)"),
     Family(
         "DeepSeek-V2", ("DeepseekV2ForCausalLM",), ("deepseek_v2",), rope_kinds=ROPE_WITH_YARN,
         config_refusals=(TIED, ATTENTION_BIAS, MLP_BIAS, no_shared_experts("n_shared_experts")),
         # MLA with q-LoRA, 4 routed + 1 shared expert, first layer dense; dsv2lite: DeepSeek-V2-Lite's
         # layout, MLA without q-LoRA
-        tiny=(Tiny("dsv2", "DeepseekV2Config", DSV2,
-                   parity=MOE + (dict(pp=2, first_stage_layers=2, last_stage_layers=1),)),
-              Tiny("dsv2lite", "DeepseekV2Config", dict(DSV2, q_lora_rank=None), parity=MOE[:3])),
-        exercises="multi-latent attention with and without q-LoRA, shared experts, leading dense layers",
-        layouts="TP=1, TP=2+SP, EP=2, TP=2+SP+EP=2, PP=2", test=HF_IMPORT_TEST + "[dsv2*]"),
+        tiny=(Tiny("dsv2", "DeepseekV2Config", DSV2),
+              Tiny("dsv2lite", "DeepseekV2Config", dict(DSV2, q_lora_rank=None))),
+        exercises="multi-latent attention with and without q-LoRA, shared experts, leading dense layers"),
     Family(
         "Nemotron-H", ("NemotronHForCausalLM",), ("nemotron_h",), hybrid=True,
         config_refusals=(TIED, ATTENTION_BIAS, MLP_BIAS),
@@ -444,7 +384,7 @@ FAMILIES = (
         # between chunks (transformers 5.12.1) it sums the chunk-to-chunk decays over the wrong axis
         # (measured: 0.1 relative off the sequential recurrence at two chunks), so chunk_size 64 >= the
         # tests' sequences keeps it to one chunk; the kit's multi-chunk scan is held to the recurrence
-        # itself (tests/unit/test_mamba_mixer.py). Its layouts: tests/jobs/test_hybrid.py.
+        # itself (tests/unit/test_mamba_mixer.py).
         tiny=(Tiny("nemotronh", "NemotronHConfig",
                    dict(layer_norm_epsilon=1e-5, layers_block_type=["mamba", "moe", "attention", "mlp"],
                         num_key_value_heads=2, head_dim=16, intermediate_size=96, mlp_hidden_act="relu2",
@@ -454,9 +394,7 @@ FAMILIES = (
                         norm_topk_prob=True, routed_scaling_factor=1.0, n_group=1, topk_group=1,
                         num_nextn_predict_layers=0),
                    without=("rms_norm_eps",), pattern_key="layers_block_type"),),
-        exercises="Mamba2/attention/MoE hybrid by layer pattern, squared-ReLU experts, sigmoid routing",
-        layouts="TP=1, TP=2+SP, PP=2, EP=2, CP=2",
-        test="tests/jobs/test_hybrid.py::test_logits_equal_transformers_and_export_is_bit_identical"),
+        exercises="Mamba2/attention/MoE hybrid by layer pattern, squared-ReLU experts, sigmoid routing"),
     # Refused: every other text-only causal LM Megatron-Bridge registers, with what the kit lacks for it.
     Family("Qwen3-Next", ("Qwen3NextForCausalLM",), missing=("linear_attention",)),
     Family("Qwen3.5", ("Qwen3_5ForCausalLM",), missing=("linear_attention",)),

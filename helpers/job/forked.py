@@ -6,7 +6,11 @@ inherits them, so a check costs a fork, not an interpreter start.
 
     result = forked.call(function, *args)   # function's return value, pickled back
     # or {"error": "ExceptionName: message"} when it raised (its own message is the answer),
-    # or {"error": "... died without an answer"} when the child died"""
+    # or {"error": "... died without an answer"} when the child died
+
+A fork and a pipe rather than concurrent.futures.ProcessPoolExecutor: a fresh child per call needs
+its max_tasks_per_child=1, which it refuses with the fork start method, and the fork is what lets
+the child inherit the imported modules."""
 from __future__ import annotations
 
 import os

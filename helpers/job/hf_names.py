@@ -1,6 +1,7 @@
 """The tensor names of an HF folder against the names Megatron-Bridge looks up, before any process
-starts: read from the safetensors headers (an 8-byte length, then JSON; no torch, no data read).
-`read_header` is the one place a header is read; helpers/job/hf_model.read reads each file once per
+starts: read from the safetensors headers with safetensors' own reader (`safe_open` maps the file and
+parses the header only: no tensor data read, and no torch, with the "numpy" framework).
+`read_names` is the one place a header is read; helpers/job/hf_model.read reads each file once per
 job and hands the names to every check and to the run directory's model.json, which the workers read.
 
 Two spellings of one tensor exist in folders users have: transformers 5.12.1's own NemotronH
@@ -15,8 +16,9 @@ unless tied; plus every layer index) is checked here; a name that matches neithe
 nor an alias is one violation naming the tensors and the fix."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from safetensors import SafetensorError, safe_open
 
 from helpers.job import families
 from helpers.job.rules.violation import Found, Violation
@@ -33,24 +35,23 @@ class Unreadable(ValueError):
     pass
 
 
-def read_header(file: Path) -> dict:
-    """One safetensors file's header (the only place the kit reads one): name -> dtype, shape, offsets."""
+def read_names(file: Path) -> list[str]:
+    """One safetensors file's tensor names (the only place the kit reads a header). safetensors checks
+    the header as it does before any load: a file too short for one, a header that is not its JSON,
+    or tensors whose data runs past the end of the file (a partial download or copy) is Unreadable."""
     try:
-        with open(file, "rb") as f:
-            size = int.from_bytes(f.read(8), "little")
-            header = json.loads(f.read(size)) if 0 < size < 100_000_000 else None
-    except (OSError, ValueError) as e:
+        # "numpy", not "pt": opening with "pt" imports torch, which the notebook side does not need here
+        with safe_open(file, framework="numpy") as f:
+            return list(f.keys())
+    except (OSError, SafetensorError) as e:
         raise Unreadable(f"{file.name}: {e}") from e
-    if not isinstance(header, dict):
-        raise Unreadable(f"{file.name} has no safetensors header (size {file.stat().st_size} bytes)")
-    return header
 
 
 def tensor_names(folder: str | Path) -> set[str]:
     """Every tensor name in the folder's *.safetensors headers, each file read once."""
     names = set()
     for file in sorted(Path(folder).glob("*.safetensors")):
-        names |= {k for k in read_header(file) if k != "__metadata__"}
+        names.update(read_names(file))
     return names
 
 

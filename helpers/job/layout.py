@@ -85,8 +85,12 @@ class Layout(ParallelSizes):
         return out
 
     @staticmethod
-    def suggest_uneven(num_layers: int, pp: int) -> tuple[int, int]:
+    def suggest_uneven(num_layers: int, pp: int) -> tuple[int, int] | None:
         return rules.suggest_uneven(num_layers, pp)
+
+    @staticmethod
+    def uneven_splits(num_layers: int, pp: int) -> list[tuple[int, int]]:
+        return rules.uneven_splits(num_layers, pp)
 
     def job_spec(self, model: str, **job) -> JobSpec:
         """The JobSpec that runs this layout on one host (Layout.of is the inverse)."""

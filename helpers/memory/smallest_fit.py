@@ -7,7 +7,7 @@ overhead) within the device's memory, on every pipeline stage.
 
 Searched: whole nodes (`gpus_per_node` each) up to `max_gpus`; TP within a node (1, 2, 4, 8: with
 SP when > 1); every PP that divides the ranks left (an uneven split when the layers do not divide,
-Layout.suggest_uneven); every EP that divides the experts and the ranks of a stage (ETP = 1, the
+each of Layout.uneven_splits); every EP that divides the experts and the ranks of a stage (ETP = 1, the
 usual for fine-grained experts); CP = 1. Each layout must pass Layout.validate (the same rules a
 job meets). Training: the distributed optimizer and full recompute by default (what a large MoE
 needs first); the caller may pass another Training. Among the fitting layouts of the smallest GPU
@@ -39,17 +39,18 @@ def layouts(model: ModelPreset, gpus: int, gpus_per_node: int, seq_len: int, mic
     """Every layout of the search space above on `gpus` devices that the layout rules accept."""
     for tp in (t for t in (1, 2, 4, 8) if t <= gpus_per_node and gpus % t == 0):
         for pp in (p for p in range(1, min(model.num_layers, gpus // tp) + 1) if (gpus // tp) % p == 0):
-            first = last = None
+            splits = [(None, None)]
             if pp > 1 and model.num_layers % pp:
-                first, last = Layout.suggest_uneven(model.num_layers, pp)
+                splits = Layout.uneven_splits(model.num_layers, pp)
             per_stage = gpus // pp
             for ep in [e for e in range(1, per_stage + 1) if per_stage % e == 0
                        and (model.num_experts or 1) % e == 0] if model.is_moe else [1]:
-                lay = Layout(nproc=gpus, tp=tp, pp=pp, ep=ep, etp=1 if model.is_moe else None, sp=tp > 1,
-                             first_stage_layers=first, last_stage_layers=last, seq_len=seq_len,
-                             micro_batch=micro_batch, gpus_per_node=gpus_per_node)
-                if not lay.validate(model):
-                    yield lay
+                for first, last in splits:
+                    lay = Layout(nproc=gpus, tp=tp, pp=pp, ep=ep, etp=1 if model.is_moe else None, sp=tp > 1,
+                                 first_stage_layers=first, last_stage_layers=last, seq_len=seq_len,
+                                 micro_batch=micro_batch, gpus_per_node=gpus_per_node)
+                    if not lay.validate(model):
+                        yield lay
 
 
 def expert_floor_bytes(model: ModelPreset, layout: Layout, training: Training) -> int:

@@ -278,11 +278,3 @@ def check_bridge_recipes(recipes) -> list:
         raise RuntimeError(f"the Bridge recipe check process failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
     return [MegatronRefused(f"Megatron-Bridge refuses {item['path']}: {r['error']}") if "error" in r else r
             for r, item in zip(json.loads(out.stdout.splitlines()[-1]), todo)]
-
-
-def check_bridge_recipe(path, world_size: int) -> dict:
-    """One recipe's ConfigContainer summary; MegatronRefused with Bridge's message when it fails."""
-    result = check_bridge_recipes([(path, world_size)])[0]
-    if isinstance(result, MegatronRefused):
-        raise result
-    return result

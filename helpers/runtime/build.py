@@ -345,10 +345,3 @@ def use_fused_adam(opt) -> None:
     for chained in getattr(opt, "chained_optimizers", [opt]):
         for group in chained.optimizer.param_groups:
             group.update(fused=True, foreach=False)
-
-
-def unwrap(chunk: torch.nn.Module) -> torch.nn.Module:
-    """The GPTModel inside DDP (and Float16Module)."""
-    while hasattr(chunk, "module"):
-        chunk = chunk.module
-    return chunk

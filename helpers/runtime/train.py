@@ -96,11 +96,12 @@ def export_hf(worker: Worker) -> None:
     """The model as it is now, written as a Hugging Face folder through Bridge (collective)."""
     if not worker.spec.export_hf:
         return
-    from helpers.runtime import build
+    from megatron.core.utils import unwrap_model
+
     from helpers.runtime.hf import config as hf_config
     from helpers.runtime.hf import weights as hf_weights
     worker.beat("exporting to Hugging Face format")
-    hf_weights.export(hf_config.open_bridge(worker.hf), [build.unwrap(m) for m in worker.model],
+    hf_weights.export(hf_config.open_bridge(worker.hf), unwrap_model(worker.model),
                       worker.path(worker.spec.export_hf))
 
 

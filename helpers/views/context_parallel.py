@@ -7,7 +7,6 @@ its size and rank; `_as_cp_rank` answers those two questions without starting to
 from __future__ import annotations
 
 import contextlib
-from unittest import mock
 
 import torch
 
@@ -16,9 +15,17 @@ from helpers.rundir.reader import RunDir
 
 @contextlib.contextmanager
 def _as_cp_rank(rank: int, cp: int):
-    with mock.patch.object(torch.distributed, "get_world_size", lambda group=None: cp), \
-            mock.patch.object(torch.distributed, "get_rank", lambda group=None: rank):
+    """torch.distributed's group size and rank answer `cp` and `rank` inside, and are put back on
+    the way out: Megatron asks the module for them at call time, and a process group of the
+    notebook's own, if any, is never touched."""
+    dist = torch.distributed
+    real = dist.get_world_size, dist.get_rank
+    dist.get_world_size = lambda group=None: cp
+    dist.get_rank = lambda group=None: rank
+    try:
         yield
+    finally:
+        dist.get_world_size, dist.get_rank = real
 
 
 def positions(seq_len: int, cp: int) -> dict[int, list[int]]:

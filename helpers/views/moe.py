@@ -74,12 +74,6 @@ def plot_histogram(run: RunDir, iteration: int = 1, title: str | None = None):
     return fig
 
 
-def local_tokens(run: RunDir) -> int:
-    """Tokens one rank's router sees per microbatch: its micro batch, cut by CP and (with SP) by TP."""
-    spec = run.spec
-    return spec.micro_batch * spec.seq_len // (spec.cp * (spec.tp if spec.sp else 1))
-
-
 def expected_alltoall_bytes(run: RunDir, rank: int, iteration: int = 1) -> int:
     """Bytes entering `all_to_all_single` on one rank in one iteration, alltoall dispatcher, ETP=1.
 

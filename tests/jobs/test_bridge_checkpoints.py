@@ -10,7 +10,7 @@ and a tiny Llama (helpers/launch/tiny_hf.py) imported from Hugging Face:
   load_optimizer=False: the losses of the kit job that imports that HF folder itself at PP=2, to
   1e-5, not those of the folder the job's hf_model names (another seed: the weights come from the
   checkpoint). Asked for the optimizer too, the job stops before start with one error.
-Bridge's conversion runs in its own process (helpers/launch/bridge_conversion.py). Unit tests of the
+Bridge's conversion runs in its own process (tests/jobs/bridge_conversion.py). Unit tests of the
 folder rules (trackers, a Bridge checkpoint's record): tests/unit/test_checkpoint_dir.py."""
 import json
 import os
@@ -23,7 +23,8 @@ from safetensors.torch import load_file
 
 from helpers import launch
 from helpers.job import paths
-from helpers.launch import bridge_conversion, tiny_hf
+from helpers.launch import tiny_hf
+from tests.jobs import bridge_conversion
 
 RTOL = 1e-5  # fp32 on CPU; the same weights and data give the same first loss (measured: equal)
 ITERS = 2

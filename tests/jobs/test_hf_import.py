@@ -1,13 +1,13 @@
 """Hugging Face import through Megatron-Bridge, on CPU in fp32, with the kit's tiny
 random HF models (helpers/launch/tiny_hf.py: every family, norms randomised).
 
-Which layouts each tiny model is checked at, and why those: its family's record in
-helpers/job/families.py (`Tiny.parity`, `Tiny.trained`).
-* every family's logits equal transformers' in every layout of its record (one torchrun job for all:
+Which layouts each tiny model is checked at, and why those: its family's entry in
+tests/hf_families.py (`Checked.parity`, `Checked.trained`).
+* every family's logits equal transformers' in every layout of its entry (one torchrun job for all:
   helpers/launch/hf_check.py), and import -> export without training is bit-identical;
 * in the same job, every parameter's gradient after one backward equals transformers' in each of
   those layouts (and at TP=1 for a family whose layouts are checked elsewhere: Nemotron-H);
-* every config variant of every family (helpers/launch/hf_variants.py: one config choice changed) is
+* every config variant of every family (tests/jobs/hf_variants.py: one config choice changed) is
   refused before start by a named rule or, in one single-process job, gives transformers' logits;
   none fails inside the worker;
 * GLM-4.7-Flash without q-LoRA, as a new user would save it, trains with transformers' loss;
@@ -29,8 +29,10 @@ from safetensors.torch import load_file, save_file
 from helpers import launch
 from helpers.job import families, paths
 from helpers.job.spec import JobSpec
-from helpers.launch import hf_check, hf_variants, runner, tiny_hf
+from helpers.launch import hf_check, runner, tiny_hf
 from helpers.memory.vs_measured import static_mismatches
+from tests import hf_families
+from tests.jobs import hf_variants
 
 RTOL = 1e-5  # fp32 on CPU: the measured differences are 1e-7 .. 1.3e-6 (logits), 5e-7 .. 4e-6 (gradients)
 TRAIN = dict(iters=5, seq_len=32, micro_batch=2, device="cpu", progress=False)
@@ -42,9 +44,9 @@ def hf(tmp_path_factory):
     return {family: str(tiny_hf.make(family, root / family)) for family in tiny_hf.FAMILIES}
 
 
-CASES = [dict(family=name, **layout) for name, tiny in families.TINY.items() for layout in tiny.parity]
+CASES = [dict(family=name, **layout) for name in families.TINY for layout in hf_families.PARITY.get(name, ())]
 # Gradients at every layout of CASES, and at TP=1 for a tiny model whose layouts another test checks
-GRADIENT_ONLY = [dict(family=name) for name, tiny in families.TINY.items() if not tiny.parity]
+GRADIENT_ONLY = [dict(family=name) for name in families.TINY if not hf_families.PARITY.get(name)]
 # Every supported family's config variants, from its first tiny model
 VARIANTS = [v for f in families.FAMILIES if f.supported for v in hf_variants.of(f.tiny[0].name)]
 
@@ -121,7 +123,7 @@ def test_gradients_equal_transformers(parity, index):
 
 @pytest.mark.parametrize("family", sorted({v.family for v in VARIANTS}))
 def test_config_variants_are_refused_by_name_or_equal_transformers(variant_parity, variants, family):
-    """Each config variant of the family (helpers/launch/hf_variants.py) is refused before start by a
+    """Each config variant of the family (tests/jobs/hf_variants.py) is refused before start by a
     named rule (hf_missing_<piece>), or builds and gives transformers' logits; a worker
     failure is neither. The outcomes, one line per variant, are this test's output."""
     outcomes, wrong = {}, []
@@ -173,7 +175,7 @@ def test_glm_4_7_flash_without_q_lora_trains_with_transformers_loss(tmp_path):
 
 
 # family -> the layout that exercises what it adds (a global batch of 4: EP=2 on 2 ranks is DP=2)
-TRAINED = {name: tiny.trained for name, tiny in families.TINY.items() if tiny.trained}
+TRAINED = {name: hf_families.TRAINED[name] for name in families.TINY if name in hf_families.TRAINED}
 
 
 @pytest.fixture(scope="module")

@@ -120,7 +120,8 @@ def test_the_run_writes_the_same_job_for_megatron_lm_and_bridge(trained):
     run = _ok(trained["tp2-sp-pp2-vpp2-ep2"])
     spec = run.spec
     args = megatron_lm_check.check_megatron_lm_command(run.path / names.MEGATRON_LM_SCRIPT, spec.world_size)
-    cfg = bridge_recipe.check_bridge_recipe(run.path / names.BRIDGE_RECIPE, spec.world_size)
+    [cfg] = bridge_recipe.check_bridge_recipes([(run.path / names.BRIDGE_RECIPE, spec.world_size)])
+    assert isinstance(cfg, dict), cfg  # not a MegatronRefused
     sizes = dict(tensor_model_parallel_size=2, sequence_parallel=True, pipeline_model_parallel_size=2,
                  expert_model_parallel_size=2, expert_tensor_parallel_size=1, context_parallel_size=1,
                  micro_batch_size=2, global_batch_size=8, data_parallel_size=1)

@@ -1,8 +1,9 @@
 """The architecture table (helpers/job/architectures.py): every text-only causal LM the installed
-Megatron-Bridge registers has exactly one outcome, the docs page and `--list-architectures` are the
-generated table, every refused architecture's folder is refused before start with its missing
-pieces named, and every supported one names a test that exists. (That the source scan equals
-Bridge's live registry: tests/unit/test_hf_model.py, in the subprocess that imports all of Bridge.)"""
+Megatron-Bridge registers has exactly one outcome, `--list-architectures` prints the table and the
+docs page is that table with each row's checks (tests/hf_families.py), every refused architecture's
+folder is refused before start with its missing pieces named, and every supported one names a test
+that exists. (That the source scan equals Bridge's live registry: tests/unit/test_hf_model.py, in
+the subprocess that imports all of Bridge.)"""
 import ast
 import fnmatch
 import re
@@ -13,6 +14,7 @@ import pytest
 from helpers import launch
 from helpers.job import architectures, families, hf_model
 from helpers.launch import cli, tiny_hf
+from tests import hf_families
 
 ROOT = Path(__file__).resolve().parents[2]
 DENSE = {"model_type": "x", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
@@ -41,18 +43,25 @@ def test_vision_and_audio_models_are_not_in_the_table():
     assert "Qwen3VLForConditionalGeneration" not in {r.architecture for r in architectures.table()}
 
 
-def test_the_docs_page_and_the_command_line_print_the_generated_table(capsys):
-    table = architectures.markdown()
-    assert (ROOT / "docs" / "architectures.md").read_text() == table, \
-        "regenerate: python -m helpers --list-architectures > docs/architectures.md"
+def test_the_command_line_prints_the_table_and_the_docs_page_adds_the_checks(capsys):
     cli.main(["--list-architectures"])
-    assert capsys.readouterr().out == table
+    printed = capsys.readouterr().out
+    assert printed == architectures.markdown()
+    page = hf_families.docs_page()
+    assert (ROOT / "docs" / "architectures.md").read_text() == page, \
+        "regenerate: python -m tests.hf_families > docs/architectures.md"
+    # the page's rows are the printed ones, each with its two columns of checks added
+    printed_rows = [line for line in printed.splitlines() if line.startswith("| `")]
+    page_rows = [line for line in page.splitlines() if line.startswith("| `")]
+    assert len(printed_rows) == len(page_rows) == len(architectures.table())
+    assert all(ours.startswith(theirs[:-1]) for theirs, ours in zip(printed_rows, page_rows))
 
 
 def test_every_family_record_is_one_answer():
     """helpers/job/families.py: no architecture, model type or tiny model in two records; a supported
-    family has a tiny model of its own model type, its row, and is named by the tests its tiny models
-    are checked in; a refused one has only pieces the architecture table knows."""
+    family has a tiny model of its own model type, its row, and checks in tests/hf_families.py that
+    name the tests its tiny models are checked in; a refused one has only pieces the architecture
+    table knows."""
     import transformers
     from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
@@ -66,13 +75,18 @@ def test_every_family_record_is_one_answer():
         if not f.supported:
             assert all(p in architectures.PIECES for p in f.missing) and not f.tiny, f.name
             continue
-        assert f.tiny and f.exercises and f.layouts and f.test, f.name
-        patterns = re.findall(re.escape(families.HF_IMPORT_TEST) + r"\[([^]]+)\]", f.test)
+        checked = hf_families.CHECKED[f.name]
+        assert f.tiny and f.exercises and checked.layouts and checked.tests, f.name
+        assert set(checked.parity) | set(checked.trained) <= {tiny.name for tiny in f.tiny}, f.name
+        patterns = re.findall(re.escape(hf_families.HF_IMPORT_TEST) + r"\[([^]]+)\]", checked.tests)
         for tiny in f.tiny:
             model_type = getattr(transformers, tiny.config_class).model_type
             assert model_type in f.model_types and MODEL_FOR_CAUSAL_LM_MAPPING_NAMES[model_type] in f.architectures
-            assert not tiny.parity or any(fnmatch.fnmatch(f"{tiny.name}-tp1", p) for p in patterns), tiny.name
-            assert not tiny.trained or f"{families.TRAIN_TEST}[{tiny.name}]" in f.test, tiny.name
+            assert tiny.name not in checked.parity or any(fnmatch.fnmatch(f"{tiny.name}-tp1", p) for p in patterns), \
+                tiny.name
+            assert tiny.name not in checked.trained or f"{hf_families.TRAIN_TEST}[{tiny.name}]" in checked.tests, \
+                tiny.name
+    assert set(hf_families.CHECKED) == {f.name for f in records if f.supported}
 
 
 def _defined_tests(path: Path) -> set[str]:
@@ -81,7 +95,7 @@ def _defined_tests(path: Path) -> set[str]:
 
 def test_every_named_test_exists():
     for row in architectures.table():
-        for test in row.test.split(", "):
+        for test in hf_families.row_checks(row)[1].split(", "):
             file, _, rest = test.partition("::")
             assert rest.split("[")[0] in _defined_tests(ROOT / file), row
 

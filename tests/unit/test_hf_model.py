@@ -116,10 +116,18 @@ def test_both_spellings_of_the_nemotron_h_embedding_pass_and_a_third_is_named_be
     assert "backbone.layers.2.*" in refused(tmp_path, hf_model=other)
 
 
-def test_an_unreadable_safetensors_file_is_named_before_start(tmp_path):
+def _data_cut_short() -> bytes:
+    """A header whose one tensor's 16 bytes are missing: a copy stopped after the header."""
+    text = json.dumps({"model.embed_tokens.weight": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}).encode()
+    return len(text).to_bytes(8, "little") + text
+
+
+@pytest.mark.parametrize("content", [b"\x00" * 4, b"", _data_cut_short()], ids=["header-cut", "empty", "data-cut"])
+def test_an_unreadable_safetensors_file_is_named_before_start(tmp_path, content):
     hf = folder(tmp_path / "m", LLAMA)
-    (Path(hf) / "model.safetensors").write_bytes(b"\x00" * 4)  # a truncated copy
-    assert "[hf_weights_unreadable]" in refused(tmp_path, hf_model=hf)
+    (Path(hf) / "model.safetensors").write_bytes(content)  # a truncated copy
+    message = refused(tmp_path, hf_model=hf)
+    assert "[hf_weights_unreadable]" in message and "model.safetensors" in message
 
 
 STANDIN_CHECK = """

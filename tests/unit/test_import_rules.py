@@ -1,22 +1,40 @@
-"""The package layout, enforced: read every module of helpers/ with `ast` (nothing is imported)
-and fail when
+"""The package layout, enforced. Three rules are import-linter contracts in .importlinter, which
+`lint-imports` checks (`make check` runs it; the first test here runs it, so `make test` does too):
   1. a module outside views/ imports matplotlib or ipywidgets;
-  2. runtime/ imports launch/, views/ or memory/ (the worker stays light and one-way);
-  3. job/ or rundir/ imports torch or megatron at module level (both sides import them);
-  4. a module imports another module's _private name, or reads one as module._name;
-  5. the import graph has a cycle, between modules or between packages (imports inside
-     functions count: they are dependencies too).
-Each rule is also shown to fire on a tiny synthetic package, so the test can fail."""
+  2. runtime/ imports launch/, views/ or memory/, directly or through another module (the worker
+     stays light and one-way);
+  3. the packages of helpers/ import each other in a cycle.
+import-linter has no contract for the other three, checked here:
+  4. job/ or rundir/ imports torch or megatron at module level (both sides import them; inside a
+     function is allowed, and import-linter counts an import wherever it stands), read with `ast`;
+  5. a module imports another module's _private name, or reads one as module._name (import-linter's
+     private_modules contract is about modules named _x, not names), read with `ast`;
+  6. two modules import each other, directly or through others: on grimp's import graph, the one
+     import-linter builds (its acyclic_siblings contract, at every depth, would also refuse cycles
+     between a package's subpackages and modules, e.g. job/rules/ and job/hf_names.py, which the
+     kit has).
+Imports inside functions count for rules 1-3 and 6: they are dependencies too. Each rule is also
+shown to fire on a tiny synthetic package, so the tests can fail."""
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import grimp
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DRAWING = {"matplotlib", "ipywidgets"}
 HEAVY = {"torch", "megatron"}
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")  # import-linter's command, in the venv
+
+
+def lint_imports(cwd: Path, config: Path, contract: str | None = None) -> subprocess.CompletedProcess:
+    """`lint-imports` on `config`, run in `cwd` (where the root package is found), no cache written."""
+    args = [str(LINT_IMPORTS), "--no-cache", "--no-logo", str(config)] + (["--contract", contract] if contract else [])
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
 
 
 def modules(package_dir: Path) -> dict[str, Path]:
@@ -50,53 +68,11 @@ def imports(path: Path, name: str, is_package: bool):
             yield mod, [a.name for a in node.names], id(node) in top, node
 
 
-def _kit_target(mod: str, names: list[str], known: dict) -> list[str]:
-    """The kit modules an import statement depends on (a `from pkg import submodule` names it)."""
-    out = []
-    for n in names or [None]:
-        if n and f"{mod}.{n}" in known:
-            out.append(f"{mod}.{n}")
-        elif mod in known:
-            out.append(mod)
-    return out
-
-
-def _cycles(graph: dict[str, set]) -> list[list[str]]:
-    """Every strongly connected component with more than one node (Tarjan)."""
-    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
-
-    def visit(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
-
-
 def violations(package_dir: Path) -> list[str]:
+    """Rules 4 and 5 (read with `ast`) and 6 (grimp's graph) on the package in package_dir."""
     known = modules(package_dir)
     top = package_dir.name
-    found, graph = [], {m: set() for m in known}
+    found = []
     for name, path in known.items():
         sub = name.split(".")[1] if name.count(".") >= 1 else ""
         is_package = path.name == "__init__.py"
@@ -104,10 +80,6 @@ def violations(package_dir: Path) -> list[str]:
         for mod, names, at_top, node in imports(path, name, is_package):
             where = f"{path.relative_to(package_dir.parent)}:{node.lineno}"
             root = mod.split(".")[0]
-            if root in DRAWING and sub != "views":
-                found.append(f"drawing outside views: {where} imports {mod}")
-            if sub == "runtime" and root == top and mod.split(".")[1:2] and mod.split(".")[1] in ("launch", "views", "memory"):
-                found.append(f"runtime imports the notebook side: {where} imports {mod}")
             if sub in ("job", "rundir") and at_top and root in HEAVY:
                 found.append(f"heavy import at module level in {sub}/: {where} imports {mod}")
             if root != top:
@@ -115,8 +87,6 @@ def violations(package_dir: Path) -> list[str]:
             for n in names:
                 if n.startswith("_") and not n.startswith("__") and f"{mod}.{n}" not in known:
                     found.append(f"private name imported: {where} takes {n} from {mod}")
-            targets = _kit_target(mod, names, known)
-            graph[name].update(t for t in targets if t != name)
             if isinstance(node, ast.Import):
                 for a in node.names:
                     bound[(a.asname or a.name).split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
@@ -129,21 +99,31 @@ def violations(package_dir: Path) -> list[str]:
                     and node.attr.startswith("_") and not node.attr.startswith("__")):
                 found.append(f"private name used: {path.relative_to(package_dir.parent)}:{node.lineno} reads "
                              f"{node.value.id}.{node.attr}")
-    for comp in _cycles(graph):
-        found.append("import cycle between modules: " + " -> ".join(comp))
-    packages = {}
-    for a, deps in graph.items():
-        pa = a.split(".")[1] if "." in a else top
-        for b in deps:
-            pb = b.split(".")[1] if "." in b else top
-            if pa != pb and pa != top and pb != top:
-                packages.setdefault(pa, set()).add(pb)
-    for comp in _cycles(packages):
-        found.append("import cycle between packages: " + " -> ".join(comp))
-    return found
+    return found + module_cycles(package_dir)
 
 
-def test_the_kit_follows_its_import_rules():
+def module_cycles(package_dir: Path) -> list[str]:
+    """Every import a -> b whose b leads back to a, as the cycle's modules (rule 6)."""
+    sys.path.insert(0, str(package_dir.parent))  # grimp finds the package the way Python would
+    try:
+        graph = grimp.build_graph(package_dir.name, cache_dir=None)
+    finally:
+        sys.path.remove(str(package_dir.parent))
+    cycles = set()
+    for a in graph.modules:
+        for b in graph.find_modules_directly_imported_by(a):
+            back = graph.find_shortest_chain(importer=b, imported=a)
+            if back:
+                cycles.add(tuple(sorted((a,) + back)))
+    return [f"import cycle between modules: {' -> '.join(c)}" for c in sorted(cycles)]
+
+
+def test_the_kit_keeps_its_import_linter_contracts():
+    result = lint_imports(ROOT, ROOT / ".importlinter")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_kit_follows_the_rules_import_linter_has_no_contract_for():
     assert violations(ROOT / "helpers") == []
 
 
@@ -174,11 +154,38 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     return pkg
 
 
+@pytest.mark.parametrize("files, contract", [
+    ({"launch/run.py": "import matplotlib.pyplot as plt\n"}, "drawing-in-views"),
+    ({"views/plot.py": "import matplotlib.pyplot as plt\nimport ipywidgets\n"}, None),
+    ({"views/lab/__init__.py": "", "views/lab/panel.py": "import ipywidgets\n"}, None),
+    ({"runtime/train.py": "from kit.launch import run\n", "launch/run.py": ""}, "worker-one-way"),
+    ({"runtime/train.py": "def f():\n    from kit.memory import plan\n", "memory/plan.py": ""}, "worker-one-way"),
+    ({"runtime/train.py": "from kit.job import spec\n", "job/spec.py": "def f():\n    from kit.views import plot\n",
+      "views/plot.py": ""}, "worker-one-way"),  # through job/: the worker would still load the notebook side
+    ({"job/a.py": "from kit.rundir import b\n", "rundir/b.py": "x = 1\n", "rundir/c.py": "from kit.job import a\n"},
+     "no-package-cycles"),
+    ({"job/a.py": "from kit.rundir import b\n", "rundir/b.py": "x = 1\n"}, None),
+    # the contracts reach into nested packages (job/rules/, runtime/layers/, ...)
+    ({"runtime/layers/__init__.py": "", "runtime/layers/norm.py": "from kit.views import plot\n",
+      "views/plot.py": ""}, "worker-one-way"),
+    ({"job/rules/__init__.py": "", "job/rules/a.py": "from kit.rundir import b\n",
+      "rundir/b.py": "from kit.job import c\n", "job/c.py": "x = 1\n"}, "no-package-cycles"),
+], ids=["drawing", "drawing-in-views-ok", "drawing-in-views-nested-ok", "runtime-launch", "runtime-memory-in-function",
+        "runtime-views-through-job", "package-cycle", "one-way-ok", "nested-runtime-views", "nested-package-cycle"])
+def test_each_contract_fires_on_a_synthetic_package(tmp_path, files, contract):
+    """The kit's own .importlinter, with `helpers` renamed to the synthetic package's name."""
+    _package(tmp_path, files)
+    config = tmp_path / ".importlinter"
+    config.write_text((ROOT / ".importlinter").read_text().replace("helpers", "kit"))
+    if contract is None:
+        result = lint_imports(tmp_path, config)
+        assert result.returncode == 0, result.stdout + result.stderr
+    else:
+        result = lint_imports(tmp_path, config, contract)
+        assert result.returncode == 1 and "BROKEN" in result.stdout, result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("files, expected", [
-    ({"launch/run.py": "import matplotlib.pyplot as plt\n"}, "drawing outside views"),
-    ({"views/plot.py": "import matplotlib.pyplot as plt\n"}, None),
-    ({"runtime/train.py": "from kit.launch import run\n"}, "runtime imports the notebook side"),
-    ({"runtime/train.py": "def f():\n    from kit.memory import plan\n"}, "runtime imports the notebook side"),
     ({"job/spec.py": "import torch\n"}, "heavy import at module level in job/"),
     ({"rundir/names.py": "from megatron.core import parallel_state\n"}, "heavy import at module level in rundir/"),
     ({"job/spec.py": "def f():\n    import torch\n"}, None),
@@ -188,19 +195,13 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
      "private name used"),
     ({"job/a.py": "from kit.job import b\n", "job/b.py": "def f():\n    from kit.job import a\n"},
      "import cycle between modules"),
-    ({"job/a.py": "from kit.rundir import b\n", "rundir/b.py": "x = 1\n", "rundir/c.py": "from kit.job import a\n"},
-     "import cycle between packages"),
-    ({"job/a.py": "from kit.rundir import b\n", "rundir/b.py": "x = 1\n"}, None),
-    # the same rules reach into nested packages (job/rules/, runtime/layers/, ...)
-    ({"runtime/layers/__init__.py": "", "runtime/layers/norm.py": "from kit.views import plot\n"},
-     "runtime imports the notebook side"),
+    ({"job/a.py": "from kit.job import b\n", "job/b.py": "from kit.job import c\n", "job/c.py": "import kit.job.a\n"},
+     "import cycle between modules"),
+    ({"job/a.py": "from kit.job import b\n", "job/b.py": "x = 1\n"}, None),
     ({"job/rules/__init__.py": "", "job/rules/precision.py": "import torch\n"}, "heavy import at module level in job/"),
-    ({"job/rules/__init__.py": "", "job/rules/a.py": "from kit.rundir import b\n",
-      "rundir/b.py": "from kit.job import c\n", "job/c.py": "x = 1\n"}, "import cycle between packages"),
-], ids=["drawing", "drawing-in-views-ok", "runtime-launch", "runtime-memory-in-function", "torch-in-job",
-        "megatron-in-rundir", "torch-in-function-ok", "private-import", "private-attribute", "module-cycle",
-        "package-cycle", "one-way-ok", "nested-runtime-launch", "nested-job-torch", "nested-package-cycle"])
-def test_each_rule_fires_on_a_synthetic_package(tmp_path, files, expected):
+], ids=["torch-in-job", "megatron-in-rundir", "torch-in-function-ok", "private-import", "private-attribute",
+        "module-cycle", "module-cycle-of-three", "module-one-way-ok", "nested-job-torch"])
+def test_each_rule_here_fires_on_a_synthetic_package(tmp_path, files, expected):
     found = violations(_package(tmp_path, files))
     if expected is None:
         assert found == []

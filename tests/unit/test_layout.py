@@ -123,6 +123,19 @@ def test_deepseek_27_layers_at_pp2_suggests_14_13_and_accepts_it():
     assert Layout(pp=2, first_stage_layers=14, last_stage_layers=13, **TE).validate(P("deepseek-v2-lite")) == []
 
 
+def test_uneven_splits_keep_the_busiest_stage_as_short_as_any_split():
+    """28 layers on 8 stages: middle stages of 4 leave 4 for the first and last (busiest stage 4
+    layers), where middle stages of 3 would leave 10 (5 on each end). Every such split is offered, and
+    each passes the pipeline rule; the suggestion keeps the first stage no lighter than the last."""
+    assert Layout.uneven_splits(28, 8) == [(1, 3), (2, 2), (3, 1)]
+    assert Layout.suggest_uneven(28, 8) == (2, 2)
+    lay = dict(pp=8, nproc=8, **TE)
+    model = P("tiny-gpt").with_(num_layers=28)
+    assert all(Layout(first_stage_layers=f, last_stage_layers=l_, **lay).validate(model) == []
+               for f, l_ in Layout.uneven_splits(28, 8))
+    assert Layout.uneven_splits(4, 8) == [] and Layout.suggest_uneven(4, 8) is None  # fewer layers than stages
+
+
 VALID = [
     ("tiny-gpt", dict()),
     ("tiny-gpt", dict(tp=2, pp=2, nproc=8, micro_batch=2, global_batch=8)),

@@ -37,13 +37,13 @@ def test_an_hf_folders_headers_are_read_once_per_job(tmp_path, monkeypatch):
     extra = json.dumps({"extra.weight": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}}).encode()
     (folder / "extra.safetensors").write_bytes(len(extra).to_bytes(8, "little") + extra)
     reads = Counter()
-    read_header = hf_names.read_header
+    read_names = hf_names.read_names
 
     def counted(file):
         reads[Path(file).name] += 1
-        return read_header(file)
+        return read_names(file)
 
-    monkeypatch.setattr(hf_names, "read_header", counted)
+    monkeypatch.setattr(hf_names, "read_names", counted)
     spec, run_dir = runner.prepare(JobSpec(hf_model=str(folder), device="cpu", out=str(tmp_path / "runs")))
     assert reads == {"model.safetensors": 1, "extra.safetensors": 1}
     model, hf = prepared.model(run_dir)

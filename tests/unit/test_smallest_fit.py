@@ -39,7 +39,10 @@ def fit():
 def test_the_smallest_fit_is_8_nodes(fit):
     assert fit.gpus == 64 and fit.layout.nodes == 8
     assert fit.plan.fits(GPU_GIB * sf.GiB) and fit.layout.validate(V4) == []
-    assert (fit.layout.pp, fit.layout.ep, fit.layout.expert_tp) == (2, 32, 1)  # the experts spread over 64 ranks
+    # the lowest peak of those fitting on 64: PP4 (43 layers as 11/11/11/10: the busiest stage as short as
+    # any split makes it), the experts over 16 ranks of a stage
+    assert (fit.layout.pp, fit.layout.ep, fit.layout.expert_tp) == (4, 16, 1)
+    assert (fit.layout.first_stage_layers, fit.layout.last_stage_layers) == (11, 10)
 
 
 def test_the_skipped_layouts_are_below_the_floor_the_plan_counts(fit):

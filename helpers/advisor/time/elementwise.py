@@ -13,7 +13,6 @@ from helpers.advisor.gpus import GpuProfile, rates
 from helpers.advisor.time.layer_gemms import tokens
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
-from helpers.memory.static import layer_kind
 from helpers.roofline.step import BF16, CROSS_ENTROPY_BYTES_PER_LOGIT, ELEMENTWISE_PER_FFN, ELEMENTWISE_PER_HIDDEN
 
 
@@ -87,10 +86,6 @@ def moe_routing(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> tuple[float
         + 4 * T * model.num_experts * 4  # router scores, probabilities, top-k mask and gradient (fp32)
     seconds = nbytes / (rates(gpu).elementwise_gb_per_s * 1e9)
     return seconds, seconds
-
-
-def layer_of(model: ModelPreset, lay: Layout, gpu: GpuProfile, i: int) -> tuple[float, float]:
-    return layer(model, lay, gpu, layer_kind(model, i))
 
 
 def cross_entropy(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> float:

@@ -1,7 +1,5 @@
 """What the kit's worker builds: combinations that are valid Megatron but that the chosen backend
-does not build, or would build as a different model. Category "backend" (`helpers.launch.probe`
-waives it: a layout's process groups are Megatron's to build even where the local backend cannot
-train it).
+does not build, or would build as a different model. Category "backend".
 
 The local backend is Megatron-Core 0.19.2's local layer spec with the kit's modules in place of
 Transformer Engine's (helpers/runtime/layers/); `te` is Megatron-Core's own TE spec, which this

@@ -123,7 +123,7 @@ def pipeline(lay: Layout, model: ModelPreset, devices) -> list[Violation]:
     if not uneven:
         if L % (pp * vpp):
             fix = f"use pp*vpp dividing {L} (pp in {divisors(L)})"
-            if pp > 1 and vpp == 1:
+            if pp > 1 and vpp == 1 and suggest_uneven(L, pp):
                 f_, l_ = suggest_uneven(L, pp)
                 fix += f", or an uneven split: first_stage_layers={f_}, last_stage_layers={l_}"
             v.add("layers_divisible_by_pp", f"{L} layers are not divisible by pp*vpp = {pp}*{vpp} = {pp * vpp}", fix)
@@ -138,9 +138,10 @@ def pipeline(lay: Layout, model: ModelPreset, devices) -> list[Violation]:
     rest = L - (first or 0) - (last or 0)
     middle = pp - (first is not None) - (last is not None)
     if rest < 0 or bool(rest) != bool(middle) or (middle and rest % middle):
-        f_, l_ = suggest_uneven(L, pp)
+        split = suggest_uneven(L, pp)
         v.add("uneven_split_invalid", f"first={first}, last={last} leaves {rest} layers for {middle} middle stage(s)",
-              f"e.g. first_stage_layers={f_}, last_stage_layers={l_}")
+              f"e.g. first_stage_layers={split[0]}, last_stage_layers={split[1]}" if split
+              else f"use pp <= {L}: {L} layers cannot fill {pp} stages")
     elif middle and (rest // middle) % vpp:
         v.add("uneven_stage_divisible_by_vpp", f"{rest // middle} layers per middle stage are not divisible by vpp={vpp}",
               "change first/last so the middle stages hold a multiple of vpp layers")
@@ -215,12 +216,30 @@ def check(lay: Layout, model: ModelPreset, devices: int | None) -> list[Violatio
     return [found for rule in RULES for found in rule(lay, model, devices)]
 
 
-def suggest_uneven(num_layers: int, pp: int) -> tuple[int, int]:
-    """First/last stage layer counts that make `num_layers` fit `pp` stages, keeping the middle
-    stages equal and the first stage the heavier one (the last also holds the loss head).
-    27 layers, pp=2 -> (14, 13)."""
-    if pp == 2:
-        return (num_layers + 1) // 2, num_layers // 2
-    base = num_layers // pp
-    rest = num_layers - base * (pp - 2)
-    return (rest + 1) // 2, rest // 2
+def uneven_splits(num_layers: int, pp: int) -> list[tuple[int, int]]:
+    """Every (first, last) stage layer count the pipeline rule accepts for `num_layers` on `pp`
+    stages (the middle stages equal) whose busiest stage holds as few layers as any split allows:
+    the splits equally short on layers. Which of them to run is a question of memory (the first
+    stage holds the most micro batches in flight under 1F1B) and of the last stage's output layer:
+    the memory planner and the time model answer it. 28 layers, pp=8 -> middle stages of 4:
+    [(1, 3), (2, 2), (3, 1)]."""
+    if pp < 2:
+        return []
+    options = []
+    for middle in [0] if pp == 2 else range(1, num_layers + 1):
+        rest = num_layers - middle * (pp - 2)
+        if rest < 2:
+            break
+        options += [(first, rest - first, max(first, rest - first, middle)) for first in range(1, rest)]
+    if not options:  # fewer layers than stages
+        return []
+    fewest = min(busiest for *_, busiest in options)
+    return [(first, last) for first, last, busiest in options if busiest == fewest]
+
+
+def suggest_uneven(num_layers: int, pp: int) -> tuple[int, int] | None:
+    """One split of uneven_splits for a fix message: the busiest stage as short as possible, and of
+    those the one with the first stage no lighter than the last (the last also computes the output
+    layer and the loss), closest to even. 27 layers, pp=2 -> (14, 13); 28, pp=8 -> (2, 2)."""
+    splits = uneven_splits(num_layers, pp)
+    return min(splits, key=lambda s: (s[0] < s[1], abs(s[0] - s[1]))) if splits else None

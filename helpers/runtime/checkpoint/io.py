@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from megatron.core import dist_checkpointing, tensor_parallel
+from megatron.core.utils import unwrap_model
 
 from helpers.job import checkpoint_dir
 from helpers.rundir.writer import write_json
-from helpers.runtime.build import unwrap
 from helpers.runtime.compat import megatron_0_19
 
 MARKER = checkpoint_dir.SEED_MARKER  # written last: a folder without it is an interrupted save
@@ -64,7 +64,7 @@ def save_model(chunks: list[torch.nn.Module], path: Path) -> None:
     tmp.mkdir(parents=True)
     assert len(chunks) == 1, "seed checkpoints are written at world size 1 without VPP"
     _write_results_in_process()
-    dist_checkpointing.save({"model0": unwrap(chunks[0]).sharded_state_dict()}, str(tmp))
+    dist_checkpointing.save({"model0": unwrap_model(chunks[0]).sharded_state_dict()}, str(tmp))
     (tmp / MARKER).write_text("ok\n")
     try:
         tmp.rename(path)
@@ -80,7 +80,7 @@ def load_model(chunks: list[torch.nn.Module], path: Path) -> None:
     path = Path(path)
     if not (path / MARKER).exists():
         raise FileNotFoundError(f"checkpoint {path} is missing or incomplete (no {MARKER} file)")
-    modules = [unwrap(c) for c in chunks]
+    modules = unwrap_model(chunks)
     request = {f"model{i}": m.sharded_state_dict() for i, m in enumerate(modules)}
     state = dist_checkpointing.load(request, str(path))
     for i, m in enumerate(modules):
@@ -132,7 +132,7 @@ def _state_dict(model: list, opt, spec, with_optimizer: bool, is_loading: bool, 
     md = _sharding_metadata(spec)
     if saved_metadata:
         md = {**saved_metadata, "dp_cp_group": md["dp_cp_group"]}
-    state = {f"model{i}": unwrap(m).sharded_state_dict(metadata=md) for i, m in enumerate(model)}
+    state = {f"model{i}": m.sharded_state_dict(metadata=md) for i, m in enumerate(unwrap_model(model))}
     if with_optimizer and opt is not None:
         if is_loading:
             megatron_0_19.ensure_optimizer_state(opt)
@@ -296,8 +296,8 @@ def load(worker, path: Path, load_optimizer: bool = True) -> dict:
     if same_layout:
         request[KIT_RNG] = _rng_object(rank, dist.get_world_size(), None)
     state = dist_checkpointing.load(request, str(ckpt))
-    for i, m in enumerate(model):
-        unwrap(m).load_state_dict(state[f"model{i}"], strict=True)
+    for i, m in enumerate(unwrap_model(model)):
+        m.load_state_dict(state[f"model{i}"], strict=True)
     if with_opt:
         # no_grad: the distributed optimizer's dp_reshardable format (Megatron-LM's default) copies into
         # its main parameters in place; in fp32 those are the model's own leaf parameters

@@ -162,7 +162,3 @@ def import_megatron_eagerly() -> None:
         import megatron.core  # noqa: F401  (binds megatron.core.jit.jit_fuser to the no-op)
     finally:
         torch.compile = real
-
-
-def is_active() -> bool:
-    return _ACTIVE

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from megatron.core.utils import unwrap_model
 
 from helpers.rundir import names
 from helpers.runtime.measure.clock import Clock
@@ -85,10 +86,7 @@ def param_shapes(model: list) -> dict:
     """{name: {shape, tp_split_dim, sequence_parallel}} of the parameters this rank holds, read from
     the live model. `tp_split_dim` is the dimension Megatron split across TP ranks (None: replicated)."""
     out = {}
-    for i, chunk in enumerate(model):
-        inner = chunk
-        while hasattr(inner, "module"):
-            inner = inner.module
+    for i, inner in enumerate(unwrap_model(model)):
         for name, p in inner.named_parameters():
             key = f"chunk{i}.{name}" if len(model) > 1 else name
             out[key] = {"shape": list(p.shape),

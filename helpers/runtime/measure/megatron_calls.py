@@ -83,9 +83,10 @@ def module_tree(model: list) -> list[dict]:
     """This rank's modules that hold parameters (and the kit's own modules), per model chunk: the
     module's name, its class (module path included: `megatron.core...` is Megatron's own, `helpers.runtime...` a kit
     substitute) and the local shape of each parameter it holds directly."""
+    from megatron.core.utils import unwrap_model
+
     rows = []
-    for i, chunk in enumerate(model):
-        inner = unwrap(chunk)
+    for i, inner in enumerate(unwrap_model(model)):
         for name, module in inner.named_modules():
             params = {n: list(p.shape) for n, p in module.named_parameters(recurse=False)}
             if params or type(module).__module__.startswith("helpers."):  # kit modules even without weights
@@ -96,19 +97,13 @@ def module_tree(model: list) -> list[dict]:
     return rows
 
 
-def unwrap(chunk):
-    """The GPTModel/HybridModel inside Megatron's DDP and Float16Module wrappers."""
-    while hasattr(chunk, "module"):
-        chunk = chunk.module
-    return chunk
-
-
 def record(worker) -> dict:
     """Rank 0's record of the job's calls (not the module trees, which every rank adds)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.utils import unwrap_model
 
     model, opt = worker.model, worker.opt
-    return calls_record(worker.spec, worker.config, [model_record(unwrap(chunk)) for chunk in model],
+    return calls_record(worker.spec, worker.config, [model_record(inner) for inner in unwrap_model(model)],
                         model[0].ddp_config, getattr(opt, "config", None), get_forward_backward_func().__name__,
                         data_record(worker.spec, worker.data))
 

@@ -1,12 +1,13 @@
-"""Megatron-Bridge's own checkpoint conversion on CPU, each call in a fresh process:
+"""Megatron-Bridge's own checkpoint conversion on CPU, each call in a fresh process (what
+tests/jobs/test_bridge_checkpoints.py compares the kit's checkpoints and exports with):
 
     export_ckpt(CHECKPOINTS, HF_SOURCE, OUT)   AutoBridge.from_hf_pretrained(HF_SOURCE).export_ckpt(CHECKPOINTS, OUT):
                                                a Megatron checkpoint (the kit's, Bridge's) as a Hugging Face folder
     import_ckpt(HF_SOURCE, OUT)                AutoBridge.import_ckpt(HF_SOURCE, OUT): a Hugging Face folder as a
                                                Megatron-Bridge checkpoint (weights only) a kit job loads (load_dir=)
 
-    python -m helpers.launch.bridge_conversion export CHECKPOINTS HF_SOURCE OUT
-    python -m helpers.launch.bridge_conversion import HF_SOURCE OUT
+    python tests/jobs/bridge_conversion.py export CHECKPOINTS HF_SOURCE OUT
+    python tests/jobs/bridge_conversion.py import HF_SOURCE OUT
 
 Without Transformer Engine (what lets it run on CPU), as the kit's own HF path does: Bridge is
 imported with the kit's stand-ins (helpers/runtime/hf/te_standin.py), and Megatron-Core's CUDA calls
@@ -50,8 +51,8 @@ def import_ckpt(hf_source, out, timeout_s: float = 600) -> Path:
 def _run(args: list[str], timeout_s: float) -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(paths.REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONWARNINGS": "ignore"}
-    done = subprocess.run([sys.executable, "-m", "helpers.launch.bridge_conversion", *args], env=env,
-                          capture_output=True, text=True, timeout=timeout_s)
+    done = subprocess.run([sys.executable, __file__, *args], env=env, capture_output=True, text=True,
+                          timeout=timeout_s)
     if done.returncode != 0:
         raise RuntimeError(f"Megatron-Bridge's {args[0]}_ckpt failed (exit {done.returncode}):\n"
                            f"{done.stderr[-4000:]}")
@@ -92,7 +93,7 @@ def main(argv: list[str]) -> None:
             with model_load_save.temporary_distributed_context("gloo"):  # import_ckpt expects a process group
                 cpu_bridge(AutoBridge).import_ckpt(hf_source, out)
         else:
-            raise SystemExit(f"usage: python -m helpers.launch.bridge_conversion export CHECKPOINTS HF_SOURCE OUT | "
+            raise SystemExit(f"usage: python tests/jobs/bridge_conversion.py export CHECKPOINTS HF_SOURCE OUT | "
                              f"import HF_SOURCE OUT (not {argv[0]!r})")
 
 

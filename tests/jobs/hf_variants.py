@@ -7,8 +7,8 @@ first_k_dense_replace that disagrees with mlp_layer_types), a shared expert or n
 transformers' rope scaling kinds.
 
 tests/jobs/test_hf_import.py builds every variant: each must be refused before start by a named
-rule, or build and give transformers' logits and gradients. Notebook/test side; transformers is
-imported inside the functions."""
+rule, or build and give transformers' logits and gradients. transformers is imported inside the
+functions."""
 from __future__ import annotations
 
 import inspect
