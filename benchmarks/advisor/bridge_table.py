@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from helpers.advisor import gpus
+from helpers.advisor.execution import MEGATRON_CORE, Execution
 from helpers.advisor.time import step
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset, preset
@@ -122,7 +123,7 @@ def expressed(row: Published) -> tuple[ModelPreset, Layout, Training, gpus.GpuPr
         # holding ceil(layers / chunks) layers
         m = m.with_(num_layers=-(-m.num_layers // chunks) * chunks,
                     first_k_dense=min(m.first_k_dense, -(-m.num_layers // chunks) * chunks - 1))
-    domain = nvlink_domain(row.gpus, getattr(gpu, "nvlink_domain", 8))
+    domain = nvlink_domain(row.gpus, gpu.nvlink_domain)
     lay = Layout(nproc=row.gpus, tp=row.tp, pp=row.pp, cp=row.cp, ep=row.ep, etp=1 if m.is_moe else None,
                  vpp=row.vp, sp=row.tp > 1, micro_batch=row.mbs, global_batch=row.gbs, seq_len=row.seq,
                  gpus_per_node=domain, backend="te")
@@ -174,17 +175,9 @@ def evaluate(rows: list[Published]) -> list[Result]:
     return out
 
 
-def precision_execution(training: Training):
-    """Megatron-Core's execution with the row's precision (FP8 GEMMs where the time model has them)."""
-    from helpers.advisor.execution import MEGATRON_CORE
-
-    fields = getattr(MEGATRON_CORE, "__dataclass_fields__", {})
-    changes = {}
-    if "precision" in fields:
-        changes["precision"] = training.precision
-    if "grad_reduce_bytes" in fields:
-        changes["grad_reduce_bytes"] = 4 if training.grad_reduce_in_fp32 else 2
-    return replace(MEGATRON_CORE, **changes)
+def precision_execution(training: Training) -> Execution:
+    """Megatron-Core's execution with the row's precision and gradient-reduce dtype."""
+    return MEGATRON_CORE.with_(precision=training.precision, grad_reduce_bytes=4 if training.grad_reduce_in_fp32 else 2)
 
 
 def _steps(rows: list[Published], host_s: float) -> list[float | None]:

@@ -131,13 +131,15 @@ def test_data_parallel_gradients_and_parameters_bucket_by_bucket():
     lay = Layout(nproc=16, tp=2, cp=2)  # DP 4: dense parameters reduce over DP x CP = 8 ranks
     link = Link(100.0, False)
     # 1e9 parameters in 25 buckets of 40M (Megatron-LM's default at this DP): one collective each
-    reduce, gather = data_parallel.sync_seconds(1e9, 0, lay, False, MEGATRON_CORE, link, link)
+    s = data_parallel.sync(1e9, 0, lay, False, MEGATRON_CORE, link, link)
+    reduce, gather = s.reduce_s, s.gather_s
     assert (reduce, gather) == (pytest.approx(25 * collectives.all_reduce(4e9 / 25, 8, link)), 0.0)
-    reduce, gather = data_parallel.sync_seconds(1e9, 0, lay, True, MEGATRON_DEEPSPEED, link, link)
+    s = data_parallel.sync(1e9, 0, lay, True, MEGATRON_DEEPSPEED, link, link)
+    reduce, gather = s.reduce_s, s.gather_s
     assert reduce == pytest.approx(25 * collectives.reduce_scatter(2e9 / 25, 8, link))  # fp16 gradients
     assert gather == pytest.approx(25 * collectives.all_gather(2e9 / 25, 8, link))  # bf16 parameters
     moe = Layout(nproc=16, ep=4)  # experts reduce over EDP = 16 / 4 = 4
-    reduce, _ = data_parallel.sync_seconds(0, 1e9, moe, False, MEGATRON_CORE, link, Link(10.0, True, 4))
+    reduce = data_parallel.sync(0, 1e9, moe, False, MEGATRON_CORE, link, Link(10.0, True, 4)).reduce_s
     assert reduce == pytest.approx(25 * collectives.all_reduce(4e9 / 25, 4, Link(10.0, True, 4)))
     assert data_parallel.bucket_elements(512) == 512_000_000  # 1M per replica past 40 replicas
 

@@ -57,14 +57,6 @@ def sync(dense: float, expert: float, lay: Layout, dist_opt: bool, execution: Ex
     return Sync(reduce, gather, last, first)
 
 
-def sync_seconds(dense: float, expert: float, lay: Layout, dist_opt: bool, execution: Execution,
-                 dp_link: Link, edp_link: Link) -> tuple[float, float]:
-    """(gradient reduction, parameter gather) seconds of one rank holding `dense` and `expert`
-    parameters, every bucket's collective together."""
-    s = sync(dense, expert, lay, dist_opt, execution, dp_link, edp_link)
-    return s.reduce_s, s.gather_s
-
-
 def exposed_seconds(s: Sync, execution: Execution, backward_window_s: float, forward_window_s: float) -> float:
     """What of the collectives the step waits for: beyond their windows, at least one bucket each."""
     reduce = (max(s.last_reduce_s, s.reduce_s - backward_window_s) if execution.overlap_grad_reduce
