@@ -1,7 +1,7 @@
 """Megatron's own estimate for the same configuration, next to the kit's plan.
 
 Megatron-LM ships `megatron.training.theoretical_memory_usage` (in the megatron-core wheel); its
-`report_theoretical_memory(args)` is what `pretrain` prints at start. It takes Megatron-LM's
+`report_theoretical_memory(args)` is what `pretrain` prints with its first logged iteration. It takes Megatron-LM's
 argument namespace, so `megatron_args` builds one from a ModelPreset, a Layout and a Training.
 What it does and does not count (see docs/memory.md for numbers):
 
@@ -10,8 +10,8 @@ What it does and does not count (see docs/memory.md for numbers):
   the input embedding *and* 1/PP of the layers on stage 0 and ignores uneven PP, VPP and DDP padding;
   precision is fixed to bf16.
 * activations: Korthikanti et al. 2022, Table 2, with selective recomputation (the attention's s x s
-  scores recomputed, not stored): 34/TP per token and hidden unit with SP, printed only with
-  --sequence-parallel and --recompute-granularity selective, else 10 + 24/TP; for the first
+  scores recomputed, not stored): (18 + 4F/h)/TP per token and hidden unit with SP (F the MLP width),
+  printed only with --sequence-parallel and --recompute-granularity selective, else 10 + 24/TP; for the first
   stage, dense MLP width for every layer (MoE top-k expansion, MLA and Mamba are not modelled; hybrid
   models are refused); 5% added for temporaries in the non-SP formula; no logits term when PP > 1.
 """

@@ -15,13 +15,12 @@ parallel the column-parallel GEMMs gather their input back to T tokens first).
               chunked scan (SSD) as the batched products it runs per chunk of Q tokens and head:
               C.B^T (Q x state x Q), its masked product with x (Q x Q x P), the chunk states
               B^T.x (state x Q x P) and their read-out C.states (Q x state x P)
-The attention core (scores and values) is attention.py's."""
+The attention core (scores and values) is helpers/advisor/time/attention.py's."""
 from __future__ import annotations
 
-from helpers.advisor.time.gemm import Gemm
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
-from helpers.memory.static import layer_kind
+from helpers.perf.gemm import Gemm
 
 
 def tokens(lay: Layout) -> int:
@@ -79,13 +78,9 @@ def mamba(model: ModelPreset, lay: Layout) -> list[Gemm]:
             Gemm("out_proj", T, inner, h)]
 
 
-def layer(model: ModelPreset, lay: Layout, i: int) -> list[Gemm]:
-    """The forward GEMMs of layer `i`."""
-    return of_kind(model, lay, layer_kind(model, i))
-
-
 def of_kind(model: ModelPreset, lay: Layout, kind: str) -> list[Gemm]:
-    """The forward GEMMs of a layer of `kind` (helpers/memory/static.layer_kind)."""
+    """The forward GEMMs of a layer of `kind`: dense, moe, or a hybrid's M, *, -, E
+    (helpers/memory/static.layer_kind)."""
     if kind == "M":
         return mamba(model, lay)
     if kind == "*":
@@ -99,6 +94,7 @@ def of_kind(model: ModelPreset, lay: Layout, kind: str) -> list[Gemm]:
 
 def output_layer(model: ModelPreset, lay: Layout) -> Gemm:
     return Gemm("output_layer", tokens(lay), model.hidden_size, model.vocab_size // lay.tp)
+
 
 ATTENTION_KINDS = ("dense", "moe", "*")
 MOE_KINDS = ("moe", "E")

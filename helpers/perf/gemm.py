@@ -2,7 +2,7 @@
 bytes at the device memory's copy rate, whichever is longer (a roofline per GEMM).
 
 The achieved rate is not the datasheet peak: large GEMMs reach `Rates.gemm_fraction` of it (the
-H200's measured fraction, helpers/advisor/gpus.py) and smaller ones less. `SIZE_CLASSES` holds the
+H200's measured fraction, rates.py) and smaller ones less. `SIZE_CLASSES` holds the
 fraction of the large-GEMM rate per size class, keyed by a kernel's FLOPs (2 m k n, times the
 batch of a batched product), measured on the H200 in eager torch (benchmarks/advisor/gemm_sizes.py,
 `gemm_size_classes`: each shape's forward and two backward products, the median of the shapes in
@@ -15,19 +15,20 @@ transformer layers' linears (`fp8_linear`: QKV, projections, MLP and expert FCs,
 projections) run at the GPU's dense FP8 peak times the same achieved fraction, reading 1-byte
 operands and writing 16-bit results. The rest stays 16-bit as Megatron-Core runs it: the router
 (a plain matmul), Mamba's chunked scan, the attention core, the output layer. The same fraction is
-an assumption (the H200's FP8 GEMMs are not measured here), and the quantisation casts are not a
-term of the model."""
+an assumption (the H200's FP8 GEMMs are not measured here); the quantisation casts are the
+advisor's memory-bound term (helpers/advisor/time/elementwise.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from helpers.advisor.gpus import GpuProfile, rates
+from helpers.perf.gpus import PROFILES, GpuProfile
+from helpers.perf.rates import rates
 
 BYTES = 2  # bf16 / fp16 operands and results
-MEASURED_PEAK_TFLOPS = 989.0  # the H200's dense BF16 peak, on which SIZE_CLASSES were measured
+MEASURED_PEAK_TFLOPS = PROFILES["h200"].peak_bf16_tflops  # the GPU SIZE_CLASSES were measured on
 FP8_BYTES = 1  # an FP8 GEMM's operands (its result stays 16-bit)
 
-# The forward GEMMs (helpers/advisor/time/layer_gemms.py) that are Transformer Engine linears, so FP8
+# The forward GEMMs (layer_gemms.py) that are Transformer Engine linears, so FP8
 # with FP8 training: by name, or by the suffix an MLP's FCs carry (mlp., experts., shared_experts.)
 FP8_LINEARS = frozenset({"qkv", "proj", "q", "q_down", "q_up", "kv_down", "kv_up", "in_proj", "out_proj"})
 FP8_LINEAR_SUFFIXES = (".fc1", ".fc2")
