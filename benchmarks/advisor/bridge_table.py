@@ -2,7 +2,7 @@
 $KIT_DATA_DIR/megatron_bridge_perf/pretrain_performance.csv (one tuned layout per model, system, GPU
 count and precision, Megatron-Core with Transformer Engine; tokens/s/GPU), the time model's
 prediction for that exact layout beside the published number. One constant is fitted on the table's
-MoE rows (calibration.MOE_HOST_S), and checked leaving each MoE model out (`--fit`); nothing else,
+MoE rows (helpers/perf/calibration.py MOE_HOST_S), and checked leaving each MoE model out (`--fit`); nothing else,
 so the dense rows and every system are held out as they stand.
 
 What the table does not say is taken as Megatron-Bridge's performance recipes usually set it, and
@@ -22,15 +22,15 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.advisor import gpus
 from helpers.advisor.execution import MEGATRON_CORE, Execution
 from helpers.advisor.time import step
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset, preset
 from helpers.memory.training import Training
+from helpers.perf import calibration, gpus
 
 # The table's model names (before any " (variant)") -> the kit's presets, built from the models'
 # published config.json (helpers/job/models.py); None: no published configuration here
@@ -182,8 +182,6 @@ def precision_execution(training: Training) -> Execution:
 
 def _steps(rows: list[Published], host_s: float) -> list[float | None]:
     """Each row's predicted step seconds with calibration.MOE_HOST_S = host_s (None: not expressed)."""
-    from helpers.advisor import calibration
-
     kept, calibration.MOE_HOST_S = calibration.MOE_HOST_S, host_s
     try:
         out = []
@@ -250,8 +248,6 @@ def groups(results: list[Result], key) -> dict:
 
 
 def markdown(results: list[Result], command: str, fitted: dict | None = None) -> str:
-    from helpers.advisor import calibration
-
     s = summary(results)
     lines = [
         "# The advisor against NVIDIA's published Megatron-Bridge throughput",

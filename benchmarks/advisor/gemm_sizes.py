@@ -1,5 +1,5 @@
 """How close to its peak a GPU runs a training GEMM, by size: the achieved-efficiency classes of the
-layout advisor's time model (helpers/advisor/time/gemm.py), measured on one GPU in bf16.
+layout advisor's time model (helpers/perf/gemm.py), measured on one GPU in bf16.
 
 1. each GEMM shape forward + backward (X.W, dY.W^T, X^T.dY: the three products a linear layer
    runs per microbatch), over tokens x (hidden -> width) and (width -> hidden) for the widths a

@@ -13,7 +13,7 @@ the 40 GB part's datasheet is taken) and the software is Execution.MEGATRON_DEEP
 
     python -m benchmarks.advisor.vtrain_check [--fit] [--write docs/results/advisor.md]
 
-`--fit` fits the A100's two achieved fractions (helpers/advisor/gpus.py: gemm_fraction,
+`--fit` fits the A100's two achieved fractions (helpers/perf/gpus.py: gemm_fraction,
 elementwise_fraction) on all rows, and again leaving each model out in turn, and prints both; the
 profile keeps the all-rows fit. `--write` writes docs/results/advisor.md, with a short section on the
 advisor's single-GPU choices against one H200 (benchmarks/advisor/h200_choices.py, from its recorded
@@ -30,16 +30,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-# scipy is installed as nvidia-modelopt's dependency (pyproject.toml), not declared by the kit: only this
-# benchmark uses it
+# scipy comes with pyproject.toml's test extra: only this benchmark (and its unit test) uses it
 from scipy import stats
 
-from helpers.advisor import calibration, gpus
 from helpers.advisor.execution import MEGATRON_DEEPSPEED
 from helpers.advisor.time import step
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
 from helpers.memory.training import Training
+from helpers.perf import calibration, gpus
 
 GPUS_PER_NODE = 8
 # vTrain's validation configuration files (one JSON per row): "inter_node_bandwidth": 800 (Gb/s per node),
@@ -134,7 +133,7 @@ def evaluate(rows: list[Row], gpu: gpus.GpuProfile = CLUSTER) -> dict:
     return {"predicted": predicted, **summarise(rows, predicted)}
 
 
-# The grid the two A100 fractions are fitted on (helpers/advisor/gpus.py: gemm_fraction, elementwise_fraction)
+# The grid the two A100 fractions are fitted on (helpers/perf/gpus.py: gemm_fraction, elementwise_fraction)
 GEMM_GRID = [round(0.70 + 0.01 * i, 2) for i in range(26)]  # 0.70 .. 0.95
 ELEMENTWISE_GRID = [round(0.40 + 0.025 * i, 3) for i in range(23)]  # 0.40 .. 0.95
 
@@ -194,10 +193,10 @@ def markdown(rows: list[Row], result: dict, logo: list[dict] | None, fitted: tup
               "sequence 2048; the rows' TP, PP, DP, micro and global batch.", "",
               "## Constants and how many were fitted on this data", "",
               "| constant | value | where it comes from |", "|---|---|---|",
-              f"| GEMM size classes (6 fractions) | `time/gemm.py` SIZE_CLASSES | measured on this kit's H200 "
+              f"| GEMM size classes (6 fractions) | `helpers/perf/gemm.py` SIZE_CLASSES | measured on this kit's H200 "
               "(`benchmarks/advisor/gemm_sizes.py`) |",
               "| elementwise and copy rates, flash attention | H200 fractions | measured on this kit's H200 "
-              "(`helpers/roofline/hardware.py`) |",
+              "(`helpers/perf/rates.py`) |",
               f"| collective efficiency | {calibration.COLLECTIVE_EFFICIENCY} | assumed (typical NCCL), not fitted |",
               f"| collective latency: per call, per ring hop inside / between nodes | "
               f"{calibration.RING_BASE_LATENCY_S * 1e6:g}, {latency['intra'] * 1e6:g}/{latency['inter'] * 1e6:g} us "

@@ -5,7 +5,7 @@ micro batch 4, global batch 32, bf16).
 1. times every GEMM of one layer and the output layer at the job's shapes (forward X.W, backward
    dY.W^T and X^T.dY) and the causal attention core (torch SDPA, flash) forward + backward, with
    CUDA events: the achieved TFLOP/s of each, and the device memory's copy bandwidth
-   (helpers/roofline/hardware.py keeps them);
+   (helpers/perf/rates.py keeps them);
 2. runs the kit's training job of that model (helpers.launch.run, the throughput benchmark's job)
    and takes its median step time.
 
@@ -25,7 +25,8 @@ import torch
 from benchmarks.common.cuda_timing import timed_ms
 from helpers import launch
 from helpers.job import models
-from helpers.roofline import step as roofline_step
+from helpers.job.layout import Layout
+from helpers.perf import layer_gemms
 
 MODEL = dict(num_layers=24, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192, vocab_size=50304,
              max_seq_len=2048)
@@ -72,7 +73,7 @@ def hbm_rate(gib: float = 2.0) -> dict:
 
 def elementwise_rate(tokens: int, hidden: int, ffn: int) -> dict:
     """The memory-bound kernels of one layer at the job's shapes, forward + backward: two layer norms,
-    two residual adds, GeLU. Bytes as helpers/roofline/step.py counts them (bf16 elements read and
+    two residual adds, GeLU. Bytes as helpers/perf/roofline.py counts them (bf16 elements read and
     written: norms 2h forward + 3h backward each, adds 3h each way, GeLU 2F + 3F); the achieved rate is
     what the model applies to every memory-bound byte."""
     x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -97,8 +98,9 @@ def main():
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     model = models.preset("tiny-gpt").with_(**MODEL)
-    shapes = roofline_step.gemm_shapes(model, SEQ, MICRO)
-    gemm = gemm_rate([s[1:] for s in shapes])
+    one_rank = Layout(seq_len=SEQ, micro_batch=MICRO)
+    gemms = layer_gemms.of_kind(model, one_rank, "dense") + [layer_gemms.output_layer(model, one_rank)]
+    gemm = gemm_rate([(g.m, g.k, g.n) for g in gemms])
     hbm = hbm_rate()
     elementwise = elementwise_rate(SEQ * MICRO, model.hidden_size, model.ffn_hidden_size)
     attn = attention_rate(MICRO, model.num_attention_heads, SEQ, model.hidden_size // model.num_attention_heads)

@@ -1,4 +1,4 @@
-"""The advisor: every layout of a model on N GPUs (layouts.py), each one's peak memory per GPU
+"""The advisor: every layout of a model on N GPUs (candidates.py), each one's peak memory per GPU
 from the kit's memory planner (helpers/memory/plan.py) and its step time from the time model
 (time/step.py), ranked: layouts that fit first, fastest first; then those that do not fit; the
 layouts the rules refuse are kept apart, each with its rule names.
@@ -8,7 +8,7 @@ layouts the rules refuse are kept apart, each with its rule names.
     advice.best().layout, advice.rows[:5], advice.refused[:5]
 
 Precision: `precision="fp8"` (or an Execution whose precision is fp8) times the transformer layers'
-linears as FP8 GEMMs (time/gemm.py) and plans memory with Training(precision="fp8") on the chosen
+linears as FP8 GEMMs (helpers/perf/gemm.py) and plans memory with Training(precision="fp8") on the chosen
 backend (Transformer Engine's FP8 by default). GPUs per node: the GPU profile's NVLink domain (8 on
 a DGX/HGX board, 72 on an NVL72 rack) unless given.
 
@@ -19,15 +19,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from helpers.advisor.candidates import candidates
 from helpers.advisor.execution import MEGATRON_CORE, Execution
-from helpers.advisor.gpus import GpuProfile, resolve
-from helpers.advisor.layouts import candidates
+from helpers.advisor.gpus import resolve
 from helpers.advisor.time.step import StepTime, predict
 from helpers.job.flops import flops_per_token
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
 from helpers.memory.plan import plan_memory
 from helpers.memory.training import GiB, Training
+from helpers.perf.gpus import GpuProfile
 
 
 @dataclass

@@ -15,10 +15,12 @@ from pathlib import Path
 
 from helpers.advisor.advise import Advice, Row, advise
 from helpers.advisor.execution import PRESETS as EXECUTIONS
-from helpers.advisor.gpus import PROFILES, GpuProfile, rates, resolve
+from helpers.advisor.gpus import resolve
 from helpers.errors import KitError
 from helpers.job import hf_model, models
 from helpers.job.models import ModelPreset
+from helpers.perf.gpus import PROFILES, GpuProfile
+from helpers.perf.rates import rates
 
 
 def model_of(name_or_path: str) -> ModelPreset:

@@ -2,7 +2,7 @@
 time but not the layout (the layout, the distributed optimizer and recompute are the advisor's to
 enumerate). `precision` is the GEMMs': bf16, or fp8 (Transformer Engine's FP8 GEMMs in the
 transformer layers' linears, experts included; embedding, output layer, router and attention core
-stay 16-bit: time/gemm.py). The memory planner reads the same choice from Training.precision;
+stay 16-bit: helpers/perf/gemm.py). The memory planner reads the same choice from Training.precision;
 advise() sets both. Three presets, each 16-bit (`with_(precision="fp8")` for FP8):
 
 * MEGATRON_CORE: Megatron-LM / Megatron-Core with Transformer Engine as its examples run it: fused

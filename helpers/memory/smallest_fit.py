@@ -5,11 +5,12 @@ overhead) within the device's memory, on every pipeline stage.
     smallest_fit(preset("deepseek-v4-flash"), gpu_gib=96, gpus_per_node=8)
     -> Fit(gpus=..., layout=Layout(...), plan=MemoryPlan(...), tried=...)
 
-Searched: whole nodes (`gpus_per_node` each) up to `max_gpus`; TP within a node (1, 2, 4, 8: with
-SP when > 1); every PP that divides the ranks left (an uneven split when the layers do not divide,
-each of Layout.uneven_splits); every EP that divides the experts and the ranks of a stage (ETP = 1, the
-usual for fine-grained experts); CP = 1. Each layout must pass Layout.validate (the same rules a
-job meets). Training: the distributed optimizer and full recompute by default (what a large MoE
+Searched: whole nodes (`gpus_per_node` each) up to `max_gpus`, over helpers/perf/layouts.py's
+enumeration narrowed to `SPACE`: TP a divisor of the GPUs per node (1, 2, 4, 8 on nodes of 8), with
+SP when > 1; every PP that divides the ranks left (an uneven split when the layers do not divide,
+each of Layout.uneven_splits); every EP that divides the ranks of a stage (ETP = 1, the usual for
+fine-grained experts); CP = 1, no virtual stages. Each layout must pass Layout.validate (the same
+rules a job meets). Training: the distributed optimizer and full recompute by default (what a large MoE
 needs first); the caller may pass another Training. Among the fitting layouts of the smallest GPU
 count, the one with the lowest peak is returned. A layout whose first stage's routed-expert weights
 and gradients alone exceed the device (a floor of the plan's static terms) is not planned."""
@@ -22,9 +23,13 @@ from helpers.job.models import ModelPreset
 from helpers.memory.plan import MemoryPlan, plan_memory
 from helpers.memory.static import layer_kind, stage_layers
 from helpers.memory.training import Training
+from helpers.perf import layouts as perf_layouts
+from helpers.perf.layouts import Space
 
 GiB = 2**30
 LARGE_MOE = Training(dist_opt=True, recompute="full")
+# TP inside a node with SP, no CP, no virtual stages, ETP 1: what a large MoE is laid out with first
+SPACE = Space(tp_beyond_node=False, cp=False, vpp=False, expert_tp=False, sp_off=False)
 
 
 @dataclass(frozen=True)
@@ -37,20 +42,10 @@ class Fit:
 
 def layouts(model: ModelPreset, gpus: int, gpus_per_node: int, seq_len: int, micro_batch: int):
     """Every layout of the search space above on `gpus` devices that the layout rules accept."""
-    for tp in (t for t in (1, 2, 4, 8) if t <= gpus_per_node and gpus % t == 0):
-        for pp in (p for p in range(1, min(model.num_layers, gpus // tp) + 1) if (gpus // tp) % p == 0):
-            splits = [(None, None)]
-            if pp > 1 and model.num_layers % pp:
-                splits = Layout.uneven_splits(model.num_layers, pp)
-            per_stage = gpus // pp
-            for ep in [e for e in range(1, per_stage + 1) if per_stage % e == 0
-                       and (model.num_experts or 1) % e == 0] if model.is_moe else [1]:
-                for first, last in splits:
-                    lay = Layout(nproc=gpus, tp=tp, pp=pp, ep=ep, etp=1 if model.is_moe else None, sp=tp > 1,
-                                 first_stage_layers=first, last_stage_layers=last, seq_len=seq_len,
-                                 micro_batch=micro_batch, gpus_per_node=gpus_per_node)
-                    if not lay.validate(model):
-                        yield lay
+    for lay, refused in perf_layouts.layouts(model, gpus, gpus_per_node, seq_len, micro_batch=micro_batch,
+                                             space=SPACE):
+        if not refused:
+            yield lay
 
 
 def expert_floor_bytes(model: ModelPreset, layout: Layout, training: Training) -> int:

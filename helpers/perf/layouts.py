@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
-from helpers.job.rules.violation import divisors
+from helpers.job.violation import divisors
 
 
 @dataclass(frozen=True)

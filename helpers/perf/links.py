@@ -17,7 +17,7 @@ from helpers.perf.placement import Span, spans
 
 @dataclass(frozen=True)
 class Link:
-    gb_per_s: float  # per GPU and direction, datasheet (before collectives.COLLECTIVE_EFFICIENCY)
+    gb_per_s: float  # per GPU and direction, datasheet (before calibration.COLLECTIVE_EFFICIENCY)
     inter_node: bool = False
     nodes: int = 1  # nodes the group spans: its ring steps between nodes take the network's hop latency
     # one GPU's own network port (a group spanning nodes): what a rank's traffic to ranks on other

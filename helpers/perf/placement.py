@@ -4,8 +4,9 @@ on nodes of `gpus_per_node` GPUs that torchrun numbers node by node. A group on 
 NVLink (or PCIe); a group spanning nodes crosses the network (links.py says at what bandwidth).
 
 Rank 0's groups stand for all: with whole nodes and Megatron's default order every group of an axis
-spans as many nodes, except where a node's size is not a multiple of the ranks between a group's
-members; there the groups of one axis differ, and rank 0's is taken."""
+sits alike, except where a node's size is not a multiple of the ranks between a group's members;
+there the groups of one axis differ, and rank 0's is taken. Megatron-Core is imported (about five
+seconds of CPU, once) only for a layout wider than one node."""
 from __future__ import annotations
 
 import functools
@@ -32,6 +33,10 @@ def spans(lay: Layout, gpus_per_node: int) -> dict[str, Span]:
 
 @functools.cache  # the advisor times thousands of layouts; they share far fewer group shapes
 def _spans(tp: int, cp: int, pp: int, world: int, etp: int, ep: int, gpus_per_node: int) -> dict[str, Span]:
+    if world <= gpus_per_node:  # one node holds every group, wherever Megatron puts their ranks
+        dp, edp = world // (tp * cp * pp), world // (etp * ep * pp)
+        sizes = {"tp": tp, "cp": cp, "dp": dp, "dp_cp": dp * cp, "pp": pp, "etp": etp, "ep": ep, "edp": edp}
+        return {axis: Span(n, 1, n, n) for axis, n in sizes.items()}
     groups = Layout(nproc=world, tp=tp, cp=cp, pp=pp, ep=ep, etp=etp).groups_of(0)
     out = {}
     for axis in AXES:

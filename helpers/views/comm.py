@@ -1,5 +1,6 @@
 """What each rank sent and received, measured (`comm.jsonl`, written by helpers/runtime/measure/comm_log.py),
-next to the formula for each parallel axis. Notebook side only.
+next to the formula for each parallel axis; bytes on the wire are helpers/perf/collectives.py's ring
+bytes. Notebook side only.
 
 Every row of comm.jsonl is one torch.distributed call made by Megatron on one rank during one
 iteration: op, axis (tp, dp, pp, ...), the group's ranks, bytes of the whole buffer. Groups of one
@@ -10,12 +11,17 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 
+from helpers.perf.collectives import ring_bytes
 from helpers.rundir import names
 from helpers.rundir.reader import RunDir
 from helpers.views.table import Table
 
-REDUCE_SCATTER = ("reduce_scatter_tensor", "_reduce_scatter_base", "reduce_scatter")
-ALL_GATHER = ("all_gather_into_tensor", "_all_gather_base", "all_gather")
+# torch.distributed's calls, as comm.jsonl names them -> the collective they run (collectives.KINDS);
+# all-to-alls are every call whose name starts with all_to_all; receiving calls send nothing
+KINDS = {"all_reduce": "all_reduce", "reduce_scatter_tensor": "reduce_scatter",
+         "_reduce_scatter_base": "reduce_scatter", "reduce_scatter": "reduce_scatter",
+         "all_gather_into_tensor": "all_gather", "_all_gather_base": "all_gather", "all_gather": "all_gather",
+         "isend": "send", "send": "send", "broadcast": "send"}
 
 
 def records(run: RunDir, include_trivial: bool = False) -> list[dict]:
@@ -28,15 +34,10 @@ def records(run: RunDir, include_trivial: bool = False) -> list[dict]:
 
 
 def wire_bytes(op: str, nbytes: int, n: int) -> float:
-    """Bytes one rank sends for a buffer of `nbytes` in a group of n, with the ring algorithms
-    NCCL and gloo use for large buffers: all-reduce = reduce-scatter + all-gather."""
-    if op == "all_reduce":
-        return 2 * (n - 1) / n * nbytes
-    if op in REDUCE_SCATTER or op in ALL_GATHER or op.startswith("all_to_all"):
-        return (n - 1) / n * nbytes
-    if op in ("isend", "send", "broadcast"):
-        return nbytes
-    return 0.0  # receiving
+    """Bytes one rank sends in the call `op` (torch.distributed's name) for a buffer of `nbytes` in a
+    group of n (collectives.ring_bytes)."""
+    kind = "all_to_all" if op.startswith("all_to_all") else KINDS.get(op)
+    return 0.0 if kind is None else ring_bytes(kind, nbytes, n)
 
 
 def summary(run: RunDir, iteration: int | None = None, ranks: list[int] | None = None) -> Table:

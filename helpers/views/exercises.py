@@ -56,7 +56,7 @@ def _judge(answer, truth, hint: str, rel: float = 0.0, shown=None) -> bool:
 
 
 def check_time_ratio(answer: float | None, truth: float, what: str) -> bool:
-    """Predict the time (a roofline model, helpers/roofline/): how many times longer `what` takes in
+    """Predict the time (a roofline model, helpers/perf/roofline.py): how many times longer `what` takes in
     one setting than in another; within 10% of the model's ratio."""
     hint = ("Count what changes between the two settings: the bytes each rank sends per collective, how "
             "many collectives (microbatches per rank), and the link's bandwidth. Multiply the factors.")

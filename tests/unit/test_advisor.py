@@ -8,7 +8,7 @@ import json
 import pytest
 
 from helpers.advisor import advise, cli, gpus
-from helpers.advisor.layouts import candidates
+from helpers.advisor.candidates import candidates
 from helpers.job.layout import Layout
 from helpers.job.models import preset
 from helpers.launch import tiny_hf

@@ -8,15 +8,16 @@ import json
 import pytest
 
 from helpers.advisor import advise, cli, gpus
-from helpers.advisor.gpus import rates
 from helpers.advisor.execution import MEGATRON_CORE, Execution
-from helpers.advisor.time import elementwise, gemm, layer, layer_gemms, links, step
-from helpers.advisor.time.gemm import Gemm
+from helpers.advisor.time import elementwise, layer, step
 from helpers.job import models
 from helpers.job.layout import Layout
 from helpers.job.models import preset
 from helpers.memory.static import layer_kind
 from helpers.memory.training import Training
+from helpers.perf import gemm, layer_gemms, links
+from helpers.perf.gemm import Gemm
+from helpers.perf.rates import rates
 
 H100 = gpus.PROFILES["h100-80gb"]
 FP8 = MEGATRON_CORE.with_(precision="fp8")
@@ -80,7 +81,7 @@ def test_the_output_layer_router_and_scan_stay_16_bit():
 
 @pytest.mark.parametrize("name", models.names())
 def test_every_gemm_the_time_model_builds_is_classified(name):
-    """A GEMM added to layer_gemms.py must be named in gemm.py's FP8 or 16-bit lists."""
+    """A GEMM added to helpers/perf/layer_gemms.py must be named in gemm.py's FP8 or 16-bit lists."""
     model = preset(name)
     lay = Layout(nproc=1, seq_len=min(4096, model.max_seq_len), micro_batch=1)
     built = [g for kind in {layer_kind(model, i) for i in range(model.num_layers)}

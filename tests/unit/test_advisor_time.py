@@ -1,30 +1,30 @@
-"""The advisor's time model (helpers/advisor/time/), term by term against hand computations on a
-made-up GPU with round numbers, and the measured constants against the measurements they come from
-(benchmarks/advisor/gemm_sizes_results.json). No processes."""
+"""The advisor's time model (helpers/advisor/time/ on helpers/perf/), term by term against hand
+computations on a made-up GPU with round numbers, and the measured constants against the
+measurements they come from (benchmarks/advisor/gemm_sizes_results.json). No processes."""
 import json
 from pathlib import Path
 
 import pytest
 
 from benchmarks.advisor import gemm_sizes
-from helpers.advisor import calibration, gpus
 from helpers.advisor.execution import KIT_LOCAL, MEGATRON_CORE, MEGATRON_DEEPSPEED
-from helpers.advisor.gpus import MEASURED, GpuProfile, rates
-from helpers.advisor.time import (attention, collectives, context_parallel, data_parallel, elementwise,
-                                  expert_parallel, gemm, layer_gemms, links, optimizer, pipeline, recompute, step,
-                                  tensor_parallel)
-from helpers.advisor.time.gemm import Gemm
-from helpers.advisor.time.links import Link
+from helpers.advisor.time import (attention, context_parallel, data_parallel, elementwise, expert_parallel, optimizer,
+                                  pipeline, recompute, step, tensor_parallel)
 from helpers.job.layout import Layout
 from helpers.job.models import preset
 from helpers.memory.training import Training
+from helpers.perf import calibration, collectives, gemm, gpus, layer_gemms, links
+from helpers.perf.gemm import Gemm
+from helpers.perf.gpus import GpuProfile
+from helpers.perf.links import Link
+from helpers.perf.rates import H200_MEASURED, rates
 
 RESULTS = json.loads((Path(__file__).resolve().parents[2] / "benchmarks" / "advisor" /
                       "gemm_sizes_results.json").read_text())
 GPU = GpuProfile("test GPU", peak_bf16_tflops=1000.0, memory_gib=80.0, hbm_gb_per_s=1000.0, intra_node_gb_per_s=100.0,
                  inter_node_gb_per_s=10.0, source="made up", gemm_fraction=0.5, elementwise_fraction=0.5)
 ELEMENTWISE = 500e9  # bytes/s: 0.5 of 1000 GB/s
-COPY = 1000e9 * MEASURED["H200"].hbm_gb_per_s / 4800  # the H200's copy fraction of its datasheet
+COPY = 1000e9 * H200_MEASURED.copy_gb_per_s / 4800  # the H200's copy fraction of its datasheet
 EFF = calibration.COLLECTIVE_EFFICIENCY
 LAT = calibration.HOP_LATENCY_S
 LLAMA = preset("llama3-8b")
@@ -35,7 +35,7 @@ def test_the_size_classes_are_the_h200_measurements():
     derived = gemm_sizes.gemm_size_classes(RESULTS)
     assert [b for b, _ in derived] == [b for b, _ in gemm.SIZE_CLASSES]
     assert [f for _, f in derived] == pytest.approx([f for _, f in gemm.SIZE_CLASSES], abs=1e-3)
-    flash = gemm_sizes.flash_size_classes(RESULTS, MEASURED["H200"].attention_tflops)
+    flash = gemm_sizes.flash_size_classes(RESULTS, H200_MEASURED.attention_tflops)
     assert [b for b, _ in flash] == [b for b, _ in attention.FLASH_SIZE_CLASSES]
     assert [f for _, f in flash] == pytest.approx([f for _, f in attention.FLASH_SIZE_CLASSES], abs=1e-3)
 
@@ -44,9 +44,9 @@ def test_rates_take_the_profiles_fractions_or_the_h200s():
     r = rates(GPU)
     assert (r.gemm_fraction, r.elementwise_gb_per_s) == (0.5, 500.0)
     plain = rates(GPU.with_(gemm_fraction=None, elementwise_fraction=None))
-    h200 = MEASURED["H200"]
-    assert plain.gemm_fraction == pytest.approx(h200.gemm_tflops / h200.peak_bf16_tflops)
-    assert plain.elementwise_gb_per_s == pytest.approx(1000 * h200.elementwise_gb_per_s / 4800)
+    assert plain.gemm_fraction == pytest.approx(747.3 / 989)  # the H200's measured TFLOP/s over its peak
+    assert plain.elementwise_gb_per_s == pytest.approx(1000 * 2154.2 / 4800)
+    assert rates(gpus.PROFILES["h200"]).measured and not plain.measured
 
 
 def test_a_large_gemm_runs_at_the_large_rate_and_a_narrow_one_at_the_copy_rate():
@@ -69,42 +69,43 @@ def test_a_gemms_backward_is_its_two_products():
 def test_collectives_send_their_ring_bytes_and_pay_a_hop_per_ring_step():
     nv = Link(100.0, False)
     base, hop = calibration.RING_BASE_LATENCY_S, LAT
-    assert collectives.all_reduce(1e9, 8, nv) == pytest.approx(2 * 7 / 8 * 1e9 / (100e9 * EFF) + base
-                                                               + 14 * hop["intra"])
-    assert collectives.reduce_scatter(1e9, 8, nv) == pytest.approx(7 / 8 * 1e9 / (100e9 * EFF) + base + 7 * hop["intra"])
+    assert [collectives.ring_bytes(k, 1000, 4) for k in collectives.KINDS] == [1500, 750, 750, 750, 1000]
+    assert collectives.seconds("all_reduce", 1e9, 8, nv) == pytest.approx(
+        2 * 7 / 8 * 1e9 / (100e9 * EFF) + base + 14 * hop["intra"])
+    assert collectives.seconds("reduce_scatter", 1e9, 8, nv) == pytest.approx(
+        7 / 8 * 1e9 / (100e9 * EFF) + base + 7 * hop["intra"])
     # 4 ranks on 4 nodes: 3 ring steps, all of them between nodes
-    assert collectives.all_gather(1e9, 4, Link(10.0, True, 4)) == pytest.approx(3 / 4 * 1e9 / (10e9 * EFF) + base
-                                                                                + 3 * hop["inter"])
+    assert collectives.seconds("all_gather", 1e9, 4, Link(10.0, True, 4)) == pytest.approx(
+        3 / 4 * 1e9 / (10e9 * EFF) + base + 3 * hop["inter"])
     # 64 ranks on 8 nodes: 63 steps, 7 of them between nodes
-    assert collectives.reduce_scatter(0.0, 64, Link(80.0, True, 8)) == pytest.approx(base + 56 * hop["intra"]
-                                                                                      + 7 * hop["inter"])
-    assert collectives.send(1e6, nv) == pytest.approx(1e6 / (100e9 * EFF) + base + hop["intra"])
-    assert collectives.all_reduce(1e9, 1, nv) == collectives.all_to_all(1e9, 1, nv) == 0.0
+    assert collectives.seconds("reduce_scatter", 0.0, 64, Link(80.0, True, 8)) == pytest.approx(
+        base + 56 * hop["intra"] + 7 * hop["inter"])
+    assert collectives.seconds("send", 1e6, 2, nv) == pytest.approx(1e6 / (100e9 * EFF) + base + hop["intra"])
+    assert collectives.seconds("all_reduce", 1e9, 1, nv) == collectives.seconds("all_to_all", 1e9, 1, nv) == 0.0
+    with pytest.raises(ValueError, match="unknown collective 'gather'"):
+        collectives.ring_bytes("gather", 1000, 4)
 
 
 def test_a_group_wider_than_a_node_takes_the_network():
-    assert links.group(8, 1, 8, GPU) == Link(100.0, False)  # TP8 in a node of 8
+    assert links.of(Layout(nproc=8, tp=8), "tp", 8, GPU) == Link(100.0)  # TP8 in a node of 8
     # TP16: 8 of its ranks on each of 2 nodes, 8 ports (each rank's own: 10 GB/s)
-    assert links.group(16, 1, 8, GPU) == Link(80.0, True, 2, 10.0)
-    assert links.group(4, 8, 8, GPU) == Link(10.0, True, 4, 10.0)  # DP over nodes, one rank per node: one port
-    assert links.group(8, 4, 8, GPU) == Link(20.0, True, 4, 10.0)  # two ranks per node
-    lay = Layout(nproc=64, tp=2, cp=2, pp=2, ep=4, etp=1)
-    g = links.groups(lay)
-    assert g["tp"] == (2, 1) and g["cp"] == (2, 2) and g["dp"] == (8, 4) and g["pp"] == (2, 32)
-    assert g["dp_cp"] == (16, 2) and g["ep"] == (4, 1) and g["edp"] == (8, 4)
+    assert links.of(Layout(nproc=16, tp=16), "tp", 8, GPU) == Link(80.0, True, 2, 10.0, 8)
+    # DP4 over 4 nodes, TP8 in each: one rank per node, one port
+    assert links.of(Layout(nproc=32, tp=8), "dp", 8, GPU) == Link(10.0, True, 4, 10.0, 1)
+    assert links.of(Layout(nproc=32, tp=4), "dp", 8, GPU) == Link(20.0, True, 4, 10.0, 2)  # two ranks per node
 
 
 def test_tensor_parallel_collectives_per_layer():
     lay = Layout(nproc=8, tp=8, seq_len=4096, micro_batch=1)
     nv = Link(100.0, False)
     S = 4096 * LLAMA.hidden_size * 2
-    ar = collectives.all_reduce(S, 8, nv)
+    ar = collectives.seconds("all_reduce", S, 8, nv)
     no_overlap = KIT_LOCAL.with_(tp_overlap_backward=False)
     assert tensor_parallel.layer(LLAMA, lay, "dense", nv, nv, no_overlap, 1.0) == pytest.approx((2 * ar, 2 * ar))
     # the backward's all-reduce hides under a long enough weight-gradient GEMM
     assert tensor_parallel.layer(LLAMA, lay, "dense", nv, nv, MEGATRON_CORE, 1.0) == pytest.approx((2 * ar, 0.0))
     sp = Layout(nproc=8, tp=8, sp=True, seq_len=4096, micro_batch=1)
-    ag, rs = collectives.all_gather(S, 8, nv), collectives.reduce_scatter(S, 8, nv)
+    ag, rs = collectives.seconds("all_gather", S, 8, nv), collectives.seconds("reduce_scatter", S, 8, nv)
     assert tensor_parallel.layer(LLAMA, sp, "dense", nv, nv, no_overlap, 1.0) == pytest.approx(
         (2 * (ag + rs), 2 * (ag + ag + rs)))
     overlapped = tensor_parallel.layer(LLAMA, sp, "dense", nv, nv, MEGATRON_CORE, 1.0)
@@ -119,9 +120,9 @@ def test_the_pipeline_bubble_and_sends():
     assert pipeline.bubble_seconds(4, 3, 1.0) == 1.0
     lay = Layout(nproc=16, tp=2, pp=2, seq_len=4096, micro_batch=2, gpus_per_node=8)
     assert pipeline.send_bytes(LLAMA, lay) == 4096 * 2 * LLAMA.hidden_size * 2 / 2  # 1/TP of it per rank
-    assert pipeline.link(lay, 8, GPU) == Link(10.0, True)  # stages 8 ranks apart: on different nodes
-    assert pipeline.link(Layout(nproc=8, tp=2, pp=2), 8, GPU) == Link(100.0, False)
-    one = collectives.send(pipeline.send_bytes(LLAMA, lay), Link(10.0, True))
+    assert links.point_to_point(lay, 8, GPU) == Link(10.0, True)  # stages 8 ranks apart: on different nodes
+    assert links.point_to_point(Layout(nproc=8, tp=2, pp=2), 8, GPU) == Link(100.0)
+    one = collectives.seconds("send", pipeline.send_bytes(LLAMA, lay), 2, Link(10.0, True))
     assert pipeline.sends_per_microbatch_s(LLAMA, lay, 8, GPU) == pytest.approx(2 * one)
     interleaved = Layout(nproc=16, tp=2, pp=2, vpp=2, seq_len=4096, micro_batch=2, gpus_per_node=8)
     assert pipeline.sends_per_microbatch_s(LLAMA, interleaved, 8, GPU) == 0.0
@@ -133,14 +134,14 @@ def test_data_parallel_gradients_and_parameters_bucket_by_bucket():
     # 1e9 parameters in 25 buckets of 40M (Megatron-LM's default at this DP): one collective each
     s = data_parallel.sync(1e9, 0, lay, False, MEGATRON_CORE, link, link)
     reduce, gather = s.reduce_s, s.gather_s
-    assert (reduce, gather) == (pytest.approx(25 * collectives.all_reduce(4e9 / 25, 8, link)), 0.0)
+    assert (reduce, gather) == (pytest.approx(25 * collectives.seconds("all_reduce", 4e9 / 25, 8, link)), 0.0)
     s = data_parallel.sync(1e9, 0, lay, True, MEGATRON_DEEPSPEED, link, link)
     reduce, gather = s.reduce_s, s.gather_s
-    assert reduce == pytest.approx(25 * collectives.reduce_scatter(2e9 / 25, 8, link))  # fp16 gradients
-    assert gather == pytest.approx(25 * collectives.all_gather(2e9 / 25, 8, link))  # bf16 parameters
+    assert reduce == pytest.approx(25 * collectives.seconds("reduce_scatter", 2e9 / 25, 8, link))  # fp16 gradients
+    assert gather == pytest.approx(25 * collectives.seconds("all_gather", 2e9 / 25, 8, link))  # bf16 parameters
     moe = Layout(nproc=16, ep=4)  # experts reduce over EDP = 16 / 4 = 4
     reduce = data_parallel.sync(0, 1e9, moe, False, MEGATRON_CORE, link, Link(10.0, True, 4)).reduce_s
-    assert reduce == pytest.approx(25 * collectives.all_reduce(4e9 / 25, 4, Link(10.0, True, 4)))
+    assert reduce == pytest.approx(25 * collectives.seconds("all_reduce", 4e9 / 25, 4, Link(10.0, True, 4)))
     assert data_parallel.bucket_elements(512) == 512_000_000  # 1M per replica past 40 replicas
 
 
@@ -177,7 +178,7 @@ def test_context_parallel_exchange_hides_under_attention():
     d = LLAMA.hidden_size // LLAMA.num_attention_heads
     assert kv == 1 * 8192 * LLAMA.kv_heads * 2 * d * 2
     link = Link(100.0, False)
-    gather = collectives.all_gather(kv, 4, link)
+    gather = collectives.seconds("all_gather", kv, 4, link)
     assert context_parallel.layer(LLAMA, lay, link, (0.0, 0.0)) == pytest.approx((gather, 2 * gather))
     assert context_parallel.layer(LLAMA, lay, link, (1.0, 1.0)) == (0.0, 0.0)
     assert context_parallel.layer(LLAMA, Layout(nproc=4), link, (0.0, 0.0)) == (0.0, 0.0)
@@ -188,7 +189,7 @@ def test_expert_parallel_all_to_all():
     lay = Layout(nproc=8, tp=2, sp=True, ep=4, etp=1, seq_len=4096)
     sent = 4096 / 2 * moe.moe_router_topk * moe.hidden_size * 2
     assert expert_parallel.dispatch_bytes(moe, lay) == sent
-    one = collectives.all_to_all(sent, 4, Link(100.0, False))
+    one = collectives.seconds("all_to_all", sent, 4, Link(100.0, False))
     assert expert_parallel.layer(moe, lay, Link(100.0, False)) == pytest.approx((2 * one, 2 * one))
 
 
@@ -281,10 +282,10 @@ def test_an_all_to_all_across_nodes_goes_through_each_ranks_own_port():
     """EP32 over 4 nodes of 8: 24/32 of a rank's tokens go to other nodes, all through its own
     400 Gb/s port, whereas a ring over the same 32 ranks spreads its node-to-node hops over 8 ports."""
     h100 = gpus.PROFILES["h100-80gb"]
-    link = links.group(32, 1, 8, h100)
-    assert (link.gb_per_s, link.nodes, link.port_gb_per_s) == (400.0, 4, 50.0)
+    link = links.of(Layout(nproc=32, ep=32, etp=1), "ep", 8, h100)
+    assert (link.gb_per_s, link.nodes, link.port_gb_per_s, link.on_own_node) == (400.0, 4, 50.0, 8)
     nbytes = 1e9
-    a2a = collectives.all_to_all(nbytes, 32, link)
+    a2a = collectives.seconds("all_to_all", nbytes, 32, link)
     assert a2a == pytest.approx(nbytes * 24 / 32 / (50e9 * EFF) + calibration.RING_BASE_LATENCY_S
                                 + LAT["inter"])
-    assert a2a > 7 * collectives.all_to_all(nbytes, 8, links.group(8, 1, 8, h100))
+    assert a2a > 7 * collectives.seconds("all_to_all", nbytes, 8, links.of(Layout(nproc=8, ep=8, etp=1), "ep", 8, h100))

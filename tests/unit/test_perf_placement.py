@@ -48,6 +48,13 @@ def test_a_node_size_the_strides_do_not_divide_places_groups_as_megatron_does():
     assert links.of(lay, "tp", 6, GPU) == Link(100.0)  # ranks 0-3 on node 0
 
 
+def test_on_one_node_every_group_is_whole_as_megatron_places_it():
+    lay = Layout(nproc=8, tp=2, pp=2, ep=2, etp=1)
+    groups = lay.groups_of(0)
+    assert placement.spans(lay, 8) == {axis: Span(len(groups[axis]), 1, len(groups[axis]), len(groups[axis]))
+                                       for axis in placement.AXES}
+
+
 def test_the_pipelines_sends_cross_nodes_only_when_its_stages_do():
     assert links.point_to_point(Layout(nproc=16, tp=4, pp=2), 8, GPU) == Link(10.0, True)
     assert links.point_to_point(Layout(nproc=8, tp=4, pp=2), 8, GPU) == Link(100.0)

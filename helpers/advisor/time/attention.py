@@ -1,26 +1,27 @@
 """The attention core of one layer on one rank for one microbatch (queries against keys and
-values; the projections around it are layer_gemms.py's), forward and backward seconds.
+values; the projections around it are helpers/perf/layer_gemms.py's), forward and backward seconds.
 
 * flash (Transformer Engine's fused attention, torch SDPA): no s x s scores in memory; the FLOPs
   of the full square (as Megatron counts them) at the GPU's achieved fused-attention rate, the
   backward twice the forward (the rate was measured forward + backward as 3x the forward's FLOPs:
-  helpers/roofline/), scaled by the call's size class (FLASH_SIZE_CLASSES: measured on the H200
+  helpers/perf/rates.py), scaled by the call's size class (FLASH_SIZE_CLASSES: measured on the H200
   with torch SDPA at 1-4K tokens, 8 or 16 heads, head dims 64 and 128, as a fraction of the
   roofline's rate; benchmarks/advisor/gemm_sizes.py `flash_size_classes`);
 * materialised (Megatron's local DotProductAttention, Megatron-DeepSpeed): Q.K^T and P.V as batched
-  GEMMs (gemm.py, one product per sequence and head), and the scores' softmax (+ dropout) in
-  memory, bf16 bytes per score: forward softmax 4 (read, write), dropout 5 (read, write, a 1-byte
+  GEMMs (helpers/perf/gemm.py, one product per sequence and head), and the scores' softmax
+  (+ dropout) in memory, bf16 bytes per score: forward softmax 4 (read, write), dropout 5 (read, write, a 1-byte
   mask); backward softmax 6 (output, gradient, result), dropout 5.
 With CP a rank's s/CP queries meet all s keys (the kit's and Megatron's causal load balancing give
 each rank an equal share of the square)."""
 from __future__ import annotations
 
 from helpers.advisor.execution import Execution
-from helpers.advisor.gpus import GpuProfile, rates
-from helpers.advisor.time import gemm
-from helpers.advisor.time.gemm import Gemm
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
+from helpers.perf import gemm
+from helpers.perf.gemm import Gemm
+from helpers.perf.gpus import GpuProfile
+from helpers.perf.rates import rates
 
 # (forward FLOPs of one call at least, fraction of the roofline's measured attention rate)
 FLASH_SIZE_CLASSES = [(0.0, 0.026), (4e9, 0.104), (1.6e10, 0.374), (6.4e10, 0.752), (2.56e11, 1.184)]

@@ -6,12 +6,12 @@ gradients sent back, twice the bytes, under the attention's backward. K and V pe
 heads of its TP shard (GQA: max(g/TP, 1); MLA: every head its own key and value), (dk + dv) wide."""
 from __future__ import annotations
 
-from helpers.advisor.time import collectives
 from helpers.advisor.time.attention import head_dims
-from helpers.advisor.time.links import Link
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
-from helpers.roofline.step import BF16
+from helpers.perf import collectives
+from helpers.perf.links import Link
+from helpers.perf.roofline import BF16
 
 
 def kv_bytes(model: ModelPreset, lay: Layout) -> float:
@@ -25,5 +25,5 @@ def layer(model: ModelPreset, lay: Layout, link: Link, attention_s: tuple[float,
     """(forward, backward) exposed seconds; `attention_s`: the attention core's (forward, backward)."""
     if lay.cp <= 1:
         return 0.0, 0.0
-    fwd = collectives.all_gather(kv_bytes(model, lay), lay.cp, link)
+    fwd = collectives.seconds("all_gather", kv_bytes(model, lay), lay.cp, link)
     return max(0.0, fwd - attention_s[0]), max(0.0, 2 * fwd - attention_s[1])

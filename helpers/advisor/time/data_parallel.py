@@ -6,7 +6,7 @@ group (EDP). Without the distributed optimizer: an all-reduce of the gradients
 (Execution.grad_reduce_bytes per element: fp32 or 16-bit); with it: a reduce-scatter of the
 gradients and an all-gather of the bf16 parameters. Megatron splits each buffer into buckets
 (Megatron-LM's default: max(40M, 1M x the data-parallel size) elements) and runs one collective
-per bucket, so each pays its own latency (helpers/advisor/time/collectives.py).
+per bucket, so each pays its own latency (helpers/perf/collectives.py).
 
 Overlap (Execution): a bucket's reduction starts once the last microbatch's backward has produced
 its gradients, so the reductions run under the rest of that backward, and the last bucket's can
@@ -19,10 +19,10 @@ import math
 from dataclasses import dataclass
 
 from helpers.advisor.execution import Execution
-from helpers.advisor.time import collectives
-from helpers.advisor.time.links import Link
 from helpers.job.layout import Layout
-from helpers.roofline.step import BF16
+from helpers.perf import collectives
+from helpers.perf.links import Link
+from helpers.perf.roofline import BF16
 
 
 def bucket_elements(replicas: int) -> int:
@@ -49,9 +49,10 @@ def sync(dense: float, expert: float, lay: Layout, dist_opt: bool, execution: Ex
         buckets = max(1, math.ceil(params / bucket_elements(n)))
         one = params / buckets
         if dist_opt:
-            r, a = collectives.reduce_scatter(one * g, n, link), collectives.all_gather(one * BF16, n, link)
+            r = collectives.seconds("reduce_scatter", one * g, n, link)
+            a = collectives.seconds("all_gather", one * BF16, n, link)
         else:
-            r, a = collectives.all_reduce(one * g, n, link), 0.0
+            r, a = collectives.seconds("all_reduce", one * g, n, link), 0.0
         reduce, gather = reduce + buckets * r, gather + buckets * a
         last, first = max(last, r), max(first, a)
     return Sync(reduce, gather, last, first)

@@ -1,6 +1,6 @@
 """The memory-bound kernels of one layer on one rank for one microbatch (norms, residual adds,
 rotary, the activation), forward and backward seconds, at the GPU's elementwise rate
-(helpers/advisor/gpus.py `rates`). The byte count is the roofline's (helpers/roofline/step.py:
+(helpers/perf/rates.py). The byte count is the roofline's (helpers/perf/roofline.py:
 ELEMENTWISE_PER_HIDDEN and ELEMENTWISE_PER_FFN per token and layer); sequence parallel splits the
 per-hidden terms over TP, TP always splits the FFN terms. A hybrid layer has one norm and one add,
 half a transformer layer's per-hidden terms; a Mamba mixer's gating, convolution and norm are
@@ -9,11 +9,12 @@ experts a token visits, plus the shared experts, plus the router and the token p
 around the experts (`moe_routing`)."""
 from __future__ import annotations
 
-from helpers.advisor.gpus import GpuProfile, rates
-from helpers.advisor.time.layer_gemms import tokens
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
-from helpers.roofline.step import BF16, CROSS_ENTROPY_BYTES_PER_LOGIT, ELEMENTWISE_PER_FFN, ELEMENTWISE_PER_HIDDEN
+from helpers.perf.gpus import GpuProfile
+from helpers.perf.layer_gemms import of_kind, routed_pairs, tokens
+from helpers.perf.rates import rates
+from helpers.perf.roofline import BF16, CROSS_ENTROPY_BYTES_PER_LOGIT, ELEMENTWISE_PER_FFN, ELEMENTWISE_PER_HIDDEN
 
 
 def ffn_width(model: ModelPreset, kind: str) -> tuple[float, str]:
@@ -36,8 +37,6 @@ FP8_CAST_BYTES = 4
 
 def fp8_casts(model: ModelPreset, lay: Layout, gpu: GpuProfile, kind: str) -> tuple[float, float]:
     """(forward, backward) seconds of quantising the FP8 linears' inputs and output gradients of a layer."""
-    from helpers.advisor.time.layer_gemms import of_kind
-
     linears = [g for g in of_kind(model, lay, kind) if g.fp8_linear]
     rate = rates(gpu).elementwise_gb_per_s * 1e9
     forward = sum(g.m * g.k * g.batch for g in linears) * FP8_CAST_BYTES / rate
@@ -76,8 +75,6 @@ MOE_PASSES_PER_TOKEN = 2
 def moe_routing(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> tuple[float, float]:
     """(forward, backward) seconds of a MoE layer's router (scores, top-k over its E experts in fp32)
     and token permutations (MOE_PASSES_*), memory-bound, at the GPU's elementwise rate."""
-    from helpers.advisor.time.layer_gemms import routed_pairs
-
     T = tokens(lay) / (lay.tp if lay.sp else 1)
     pairs = routed_pairs(model, lay)
     sort = 1.0 if lay.ep > 1 and model.num_experts // lay.ep > 1 else 0.0

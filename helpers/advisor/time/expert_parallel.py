@@ -4,12 +4,12 @@ dispatch and a combine, backward the same two. (EP-1)/EP of it leaves the rank, 
 group's link (the expert grid's ETP-EP order: EP x ETP ranks wider than a node cross nodes)."""
 from __future__ import annotations
 
-from helpers.advisor.time import collectives
-from helpers.advisor.time.layer_gemms import tokens
-from helpers.advisor.time.links import Link
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
-from helpers.roofline.step import BF16
+from helpers.perf import collectives
+from helpers.perf.layer_gemms import tokens
+from helpers.perf.links import Link
+from helpers.perf.roofline import BF16
 
 
 def dispatch_bytes(model: ModelPreset, lay: Layout) -> float:
@@ -18,5 +18,5 @@ def dispatch_bytes(model: ModelPreset, lay: Layout) -> float:
 
 def layer(model: ModelPreset, lay: Layout, link: Link) -> tuple[float, float]:
     """(forward, backward) seconds."""
-    one = collectives.all_to_all(dispatch_bytes(model, lay), lay.ep, link)
+    one = collectives.seconds("all_to_all", dispatch_bytes(model, lay), lay.ep, link)
     return 2 * one, 2 * one

@@ -1,21 +1,20 @@
 """One layer's time on one rank for one microbatch, forward and backward, term by term: GEMMs
-(gemm.py over layer_gemms.py), the attention core (attention.py), memory-bound kernels
+(helpers/perf/gemm.py over helpers/perf/layer_gemms.py), the attention core (attention.py), memory-bound kernels
 (elementwise.py), TP/SP (tensor_parallel.py), CP (context_parallel.py), EP (expert_parallel.py),
-a MoE layer's host-bound time (calibration.MOE_HOST_S) and recompute's extra forward in the backward
+a MoE layer's host-bound time (helpers/perf/calibration.MOE_HOST_S) and recompute's extra forward in the backward
 (recompute.py). Layers of one kind take equal time,
 so a stage's time is a sum over its kinds."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from helpers.advisor import calibration
 from helpers.advisor.execution import Execution
-from helpers.advisor.gpus import GpuProfile
-from helpers.advisor.time import (attention, context_parallel, elementwise, expert_parallel, gemm, layer_gemms,
-                                  recompute, tensor_parallel)
-from helpers.advisor.time.links import Link
+from helpers.advisor.time import attention, context_parallel, elementwise, expert_parallel, recompute, tensor_parallel
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
+from helpers.perf import calibration, gemm, layer_gemms
+from helpers.perf.gpus import GpuProfile
+from helpers.perf.links import Link
 
 PARTS = ("gemm", "attention", "elementwise", "tp", "cp", "ep", "host")
 
@@ -36,7 +35,7 @@ class LayerTime:
 
 def of_kind(model: ModelPreset, lay: Layout, kind: str, gpu: GpuProfile, links: dict[str, Link],
             execution: Execution, recompute_mode: str) -> LayerTime:
-    """`links`: {"tp", "etp", "cp", "ep": Link} (links.py)."""
+    """`links`: {"tp", "etp", "cp", "ep": Link} (helpers/perf/links.py)."""
     gemms = layer_gemms.of_kind(model, lay, kind)
     precision = execution.precision  # FP8 training: the linears' GEMMs in FP8 (gemm.py)
     g_fwd = gemm.total_seconds(gemms, gpu, precision)

@@ -2,13 +2,14 @@
 parameter, each rank updating only its shard with the distributed optimizer: dense parameters over
 DP x CP, experts over EDP), and, when the weight-gradient GEMMs do not accumulate into the fp32
 buffer themselves, each microbatch's gradients added into it (GRAD_ACCUMULATE_BYTES_PER_PARAM),
-at the GPU's elementwise rate. Byte counts: helpers/roofline/step.py."""
+at the GPU's elementwise rate. Byte counts: helpers/perf/roofline.py."""
 from __future__ import annotations
 
 from helpers.advisor.execution import Execution
-from helpers.advisor.gpus import GpuProfile, rates
 from helpers.job.layout import Layout
-from helpers.roofline.step import ADAM_BYTES_PER_PARAM, GRAD_ACCUMULATE_BYTES_PER_PARAM
+from helpers.perf.gpus import GpuProfile
+from helpers.perf.rates import rates
+from helpers.perf.roofline import ADAM_BYTES_PER_PARAM, GRAD_ACCUMULATE_BYTES_PER_PARAM
 
 
 def step_seconds(dense: float, expert: float, lay: Layout, dist_opt: bool, gpu: GpuProfile) -> float:

@@ -6,39 +6,31 @@ splits the tensor over the TP group before the send and all-gathers it after (it
 scatter_gather_tensors_in_pipeline, on by default; the all-gather stays inside the node and is
 left out). With 1F1B those sends sit between a stage's forward and backward
 (two per microbatch on each stage's path); the interleaved schedule overlaps them with compute
-(Megatron turns overlap_p2p_comm on with virtual stages). Adjacent stages are tp*cp*dp ranks apart:
-when the pipeline does not fit in one node, some sends cross the network, one GPU's port each.
+(Megatron turns overlap_p2p_comm on with virtual stages). When the pipeline does not fit in one
+node, some sends cross the network, one GPU's port each (helpers/perf/links.py `point_to_point`).
 
 The bubble: every stage idles while the pipeline fills and drains, (pp - 1) microbatch-times on
 1F1B and (pp - 1)/vpp with vpp virtual stages per rank, a fraction (pp - 1)/m, resp.
 (pp - 1)/(m * vpp), of the m microbatches' time."""
 from __future__ import annotations
 
-from helpers.advisor.gpus import GpuProfile
-from helpers.advisor.time import collectives
-from helpers.advisor.time.layer_gemms import tokens
-from helpers.advisor.time.links import Link
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
-from helpers.roofline.step import BF16
+from helpers.perf import collectives, links
+from helpers.perf.gpus import GpuProfile
+from helpers.perf.layer_gemms import tokens
+from helpers.perf.roofline import BF16
 
 
 def send_bytes(model: ModelPreset, lay: Layout) -> float:
     return tokens(lay) * model.hidden_size * BF16 / lay.tp
 
 
-def link(lay: Layout, gpus_per_node: int, gpu: GpuProfile) -> Link:
-    stride = lay.tp * lay.cp * lay.dp
-    if stride * lay.pp <= gpus_per_node:
-        return Link(gpu.intra_node_gb_per_s, False)
-    return Link(gpu.inter_node_gb_per_s, True)
-
-
 def sends_per_microbatch_s(model: ModelPreset, lay: Layout, gpus_per_node: int, gpu: GpuProfile) -> float:
     """The sends on one stage's path per microbatch (0 without a pipeline or when interleaving hides them)."""
     if lay.pp <= 1 or lay.vpp:
         return 0.0
-    return 2 * collectives.send(send_bytes(model, lay), link(lay, gpus_per_node, gpu))
+    return 2 * collectives.seconds("send", send_bytes(model, lay), 2, links.point_to_point(lay, gpus_per_node, gpu))
 
 
 def bubble_fraction(pp: int, vpp: int | None, microbatches: int) -> float:

@@ -1,4 +1,5 @@
-"""One training iteration's time, from the terms (each in its own module of this package):
+"""One training iteration's time, from the terms (each in its own module of this package, on
+helpers/perf/'s GEMMs, links and collectives):
 
   per microbatch, stage s:  P_s = sum over its layers of (forward + backward incl. recompute)
                                   + the output layer and loss (last stage)
@@ -16,12 +17,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from helpers.advisor.execution import MEGATRON_CORE, Execution
-from helpers.advisor.gpus import GpuProfile
-from helpers.advisor.time import data_parallel, elementwise, gemm, layer, layer_gemms, links, optimizer, pipeline
+from helpers.advisor.time import data_parallel, elementwise, layer, optimizer, pipeline
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
 from helpers.memory.static import layer_kind, layer_params, stage_layers
 from helpers.memory.training import Training
+from helpers.perf import gemm, layer_gemms, links
+from helpers.perf.gpus import GpuProfile
 
 TERMS = ("gemm", "attention", "elementwise", "tp", "cp", "ep", "host", "recompute", "output_layer", "pp_p2p",
          "grad_accumulate", "bubble", "dp", "optimizer")

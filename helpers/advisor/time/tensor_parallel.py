@@ -12,12 +12,12 @@ over the ETP group and reduce-scatter them back, the same way, over the ETP grou
 from __future__ import annotations
 
 from helpers.advisor.execution import Execution
-from helpers.advisor.time import collectives
-from helpers.advisor.time.layer_gemms import routed_pairs, tokens
-from helpers.advisor.time.links import Link
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
-from helpers.roofline.step import BF16
+from helpers.perf import collectives
+from helpers.perf.layer_gemms import routed_pairs, tokens
+from helpers.perf.links import Link
+from helpers.perf.roofline import BF16
 
 COLUMN_PARALLEL = ("qkv", "q", "q_down", "q_up", "kv_down", "kv_up", "mlp.fc1", "shared_experts.fc1", "in_proj")
 
@@ -33,8 +33,9 @@ def _one_block(nbytes: float, n: int, link: Link, sp: bool) -> tuple[float, floa
     if n <= 1:
         return 0.0, 0.0, 0.0
     if not sp:
-        return collectives.all_reduce(nbytes, n, link), 0.0, collectives.all_reduce(nbytes, n, link)
-    ag, rs = collectives.all_gather(nbytes, n, link), collectives.reduce_scatter(nbytes, n, link)
+        all_reduce = collectives.seconds("all_reduce", nbytes, n, link)
+        return all_reduce, 0.0, all_reduce
+    ag, rs = collectives.seconds("all_gather", nbytes, n, link), collectives.seconds("reduce_scatter", nbytes, n, link)
     return ag + rs, ag, ag + rs
 
 
