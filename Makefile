@@ -2,12 +2,15 @@
 # validates: the report card shows all eight checks) and `make test` (the whole suite). `make check` is
 # the fast tier to run after every change: the package layout's import contracts (.importlinter, with
 # import-linter's lint-imports) and the unit tests (no torchrun jobs, no notebooks).
-# Both create .venv with Python 3.12 on first use and install the kit into it; later runs skip the
-# install unless pyproject.toml changed (the stamp file carries its hash).
+# Both create .venv with Python 3.12 on first use and install the kit into it; `make check` and `make test`
+# add the test extra (pytest, papermill, import-linter, nvidia-modelopt: pyproject.toml). Later runs skip an
+# install unless pyproject.toml changed (each stamp file carries its hash).
 SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell (sha256sum pyproject.toml 2>/dev/null || shasum -a 256 pyproject.toml) | cut -c1-12)
+HASH := $(shell (sha256sum pyproject.toml 2>/dev/null || shasum -a 256 pyproject.toml) | cut -c1-12)
+STAMP := $(VENV)/.installed-$(HASH)
+TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 
 # Find Python 3.12: python3.12 on PATH (if it really runs), then pyenv's 3.12.x, then a clear error.
 PYTHON312 ?= $(shell \
@@ -16,9 +19,10 @@ PYTHON312 ?= $(shell \
     ls -d "$$(pyenv root)"/versions/3.12*/bin/python3.12 | sort -V | tail -n 1; \
   fi)
 
-.PHONY: install demo check test lab site site-check clean-runs
+.PHONY: install install-test demo check test lab site site-check clean-runs
 
 install: $(STAMP)
+install-test: $(TEST_STAMP)
 
 $(STAMP): pyproject.toml
 	@if [ ! -x "$(PY)" ]; then \
@@ -36,14 +40,21 @@ $(STAMP): pyproject.toml
 	  { echo "error: install incomplete; the import below fails:"; $(PY) -c "import torch, megatron.core, helpers, transformers"; exit 1; }
 	@rm -f $(VENV)/.installed-*; touch $(STAMP)
 
+# The test extra on top (its stamp is newer than the kit's, so a reinstall of the kit redoes it).
+$(TEST_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]' 2>&1 | grep -v "^WARNING: Location" || true
+	@PYTHONWARNINGS=ignore $(PY) -c "import pytest, xdist, papermill, importlinter" >/dev/null 2>&1 || \
+	  { echo "error: test extra incomplete; the import below fails:"; $(PY) -c "import pytest, xdist, papermill, importlinter"; exit 1; }
+	@touch $(TEST_STAMP)
+
 demo: install
 	$(PY) -m helpers --tp 2 --nproc 4 --iters 5 --data wikitext --save-interval 5
 
-check: install
+check: install-test
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m pytest -q tests/unit --durations=10
 
-test: install
+test: install-test
 	$(PY) -m pytest -q tests -n 2 --durations=25
 
 lab: install

@@ -2,14 +2,15 @@
 cell raises (every claim is an assert) fails the suite, and so does any exercise whose check did
 not say "correct" to the right answer passed below. New notebooks are picked up automatically.
 
-Each notebook runs in its own papermill process (papermill_run.py: papermill's command line with a
-fix for messages its client can miss under load), so no client state is shared between lessons."""
+Each notebook runs the way `python -m helpers.lessons run` runs it (helpers/lessons/runner.py): in its
+own papermill process, whose kernel client waits in steps for messages it could otherwise miss under
+load; on CPU, each cell within the runner's timeout."""
 from pathlib import Path
 
 import nbformat
 import pytest
-from papermill_run import run_lesson
 
+from helpers.lessons.runner import run_lesson
 from helpers.views.exercises import verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,7 +60,7 @@ ANSWERS = {
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
 def test_notebook_runs_and_asserts(notebook):
     executed = EXECUTED / notebook.name
-    out = run_lesson(notebook, executed, ANSWERS.get(notebook.stem))
+    out = run_lesson(notebook, executed, ANSWERS.get(notebook.stem), device="cpu", capture=True)
     assert out.returncode == 0, f"{notebook.name} failed (executed copy: {executed}):\n{out.stderr[-4000:]}"
     said = verdicts(nbformat.read(executed, as_version=4))
     answered = ANSWERS.get(notebook.stem, {})

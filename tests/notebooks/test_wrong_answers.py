@@ -4,8 +4,8 @@ every answer wrong."""
 from pathlib import Path
 
 import nbformat
-from papermill_run import run_lesson
 
+from helpers.lessons.runner import run_lesson
 from helpers.views.exercises import VERDICT_MIME, verdicts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -15,7 +15,7 @@ WRONG = {"llama_dp8_fits": [True, True]}  # the right one: [False, True] (tests/
 
 def test_run_all_goes_on_past_wrong_answers():
     executed = ROOT / "tests" / ".executed" / "wrong-answers" / LESSON.name
-    out = run_lesson(LESSON, executed, WRONG)
+    out = run_lesson(LESSON, executed, WRONG, device="cpu", capture=True)
     assert out.returncode == 0, f"{LESSON.name} stopped at a wrong answer (executed copy: {executed}):\n" \
                                 f"{out.stderr[-4000:]}"
     nb = nbformat.read(executed, as_version=4)

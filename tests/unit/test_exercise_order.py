@@ -3,7 +3,7 @@
 output), and neither does that cell's own source (its hint). The lesson's "What this job asked of
 Megatron" section prints the job's Megatron-LM command, so it has to come after the exercise. The
 right answers are those the notebook suite passes (tests/notebooks/test_notebooks.py ANSWERS), read
-from that file's source: importing it needs papermill's client and its own folder on the path."""
+from that file's source, without importing the notebook suite."""
 import ast
 import json
 import shlex
