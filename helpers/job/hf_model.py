@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.errors import InvalidJob
 from helpers.job import architectures, families, hf_names
 from helpers.job.models import ModelPreset
-from helpers.job.rules.violation import Found, Violation
+from helpers.job.violation import Found, Violation
 
 HYBRID_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}  # Megatron's hybrid_layer_pattern
 CONFIG = "config.json"
@@ -31,13 +31,16 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
 @dataclass(frozen=True)
 class Folder:
     """An HF folder read once per job (helpers/job/rules/resolve.py): config.json, its SHA-256 and
-    the tensor names of its safetensors headers, or what stops the kit from importing it. The checks
-    before start, the model's description and the run directory's record all take it from here."""
+    the tensors of its safetensors headers (names, dtypes and shapes), or what stops the kit from
+    importing it. The checks before start, the model's description and the run directory's record
+    all take it from here."""
     path: str
     config: dict | None = None
     config_sha256: str | None = None
     names: frozenset = frozenset()
     problems: tuple[Violation, ...] = ()
+    # name -> hf_names.Tensor (dtype, shape): what helpers/job/hf_shapes.py compares with the built model
+    tensors: dict = field(default_factory=dict, hash=False)
 
     def record(self) -> dict:
         """The folder as the run records it (manifest.json, model.json) and its workers import it:
@@ -76,11 +79,11 @@ def read(folder: str | Path) -> Folder:
               "save the model with save_pretrained() (safetensors is its default)")
     elif not v:  # a supported architecture: the tensors Bridge will look up are there (headers only)
         try:
-            names = hf_names.tensor_names(path)
+            tensors = hf_names.tensors(path)
         except hf_names.Unreadable as e:
             return dataclasses.replace(read_as, problems=tuple(hf_names.unreadable(path, e)))
-        read_as = dataclasses.replace(read_as, names=frozenset(names))
-        v += hf_names.problems(path, architecture(config), config, names)
+        read_as = dataclasses.replace(read_as, names=frozenset(tensors), tensors=tensors)
+        v += hf_names.problems(path, architecture(config), config, set(tensors))
     return dataclasses.replace(read_as, problems=tuple(v))
 
 

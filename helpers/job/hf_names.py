@@ -1,8 +1,9 @@
 """The tensor names of an HF folder against the names Megatron-Bridge looks up, before any process
 starts: read from the safetensors headers with safetensors' own reader (`safe_open` maps the file and
 parses the header only: no tensor data read, and no torch, with the "numpy" framework).
-`read_names` is the one place a header is read; helpers/job/hf_model.read reads each file once per
-job and hands the names to every check and to the run directory's model.json, which the workers read.
+`read_names` is the one place a header is read: each tensor's name with its dtype and shape.
+helpers/job/hf_model.read reads each file once per job and hands the names to every check and to
+the run directory's model.json, which the workers read, and the shapes to helpers/job/hf_shapes.py.
 
 Two spellings of one tensor exist in folders users have: transformers 5.12.1's own NemotronH
 `save_pretrained` writes the embedding as `backbone.embedding.weight` (the reverse of its load-time
@@ -17,11 +18,12 @@ nor an alias is one violation naming the tensors and the fix."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 from safetensors import SafetensorError, safe_open
 
 from helpers.job import families
-from helpers.job.rules.violation import Found, Violation
+from helpers.job.violation import Found, Violation
 
 # architecture -> {Bridge's name: other names of the same tensor in saved folders} (families.py)
 ALIASES = {a: f.tensor_aliases for f in families.FAMILIES for a in f.architectures if f.tensor_aliases}
@@ -35,24 +37,32 @@ class Unreadable(ValueError):
     pass
 
 
-def read_names(file: Path) -> list[str]:
-    """One safetensors file's tensor names (the only place the kit reads a header). safetensors checks
-    the header as it does before any load: a file too short for one, a header that is not its JSON,
-    or tensors whose data runs past the end of the file (a partial download or copy) is Unreadable."""
+class Tensor(NamedTuple):
+    """A tensor as its safetensors header describes it."""
+    dtype: str  # safetensors' name: "F32", "BF16", "F8_E4M3", "U8", ...
+    shape: tuple[int, ...]
+
+
+def read_names(file: Path) -> dict[str, Tensor]:
+    """One safetensors file's tensor names, each with its dtype and shape (the only place the kit
+    reads a header). safetensors checks the header as it does before any load: a file too short for
+    one, a header that is not its JSON, or tensors whose data runs past the end of the file (a
+    partial download or copy) is Unreadable."""
     try:
         # "numpy", not "pt": opening with "pt" imports torch, which the notebook side does not need here
         with safe_open(file, framework="numpy") as f:
-            return list(f.keys())
+            return {name: Tensor(s.get_dtype(), tuple(s.get_shape())) for name in f.keys()
+                    for s in (f.get_slice(name),)}
     except (OSError, SafetensorError) as e:
         raise Unreadable(f"{file.name}: {e}") from e
 
 
-def tensor_names(folder: str | Path) -> set[str]:
-    """Every tensor name in the folder's *.safetensors headers, each file read once."""
-    names = set()
+def tensors(folder: str | Path) -> dict[str, Tensor]:
+    """Every tensor of the folder's *.safetensors headers by name, each file read once."""
+    found = {}
     for file in sorted(Path(folder).glob("*.safetensors")):
-        names.update(read_names(file))
-    return names
+        found.update(read_names(file))
+    return found
 
 
 def expected(architecture: str, config: dict) -> list[str]:
@@ -76,7 +86,7 @@ def renames(architecture: str, names: set[str]) -> dict[str, str]:
 
 
 def unreadable(folder: str | Path, error: Unreadable) -> list[Violation]:
-    """hf_weights_unreadable: a safetensors file without a header `tensor_names` could read."""
+    """hf_weights_unreadable: a safetensors file without a header `tensors` could read."""
     v = Found("hf")
     v.add("hf_weights_unreadable", f"hf_model folder {str(folder)!r}: {error}",
           "save the model again with save_pretrained() (a partial download or copy leaves such a file)")
@@ -84,7 +94,7 @@ def unreadable(folder: str | Path, error: Unreadable) -> list[Violation]:
 
 
 def problems(folder: str | Path, architecture: str, config: dict, names: set[str]) -> list[Violation]:
-    """hf_weights_unnamed: tensors Bridge will look for and not find among `names` (tensor_names)."""
+    """hf_weights_unnamed: tensors Bridge will look for and not find among `names` (the keys of `tensors`)."""
     v = Found("hf")
     aliased = renames(architecture, names)
     missing = []

@@ -16,7 +16,7 @@ tests/hf_families.py (`Checked.parity`, `Checked.trained`).
 * MLA (DeepSeek-V2 with q-LoRA, all layers dense) trains 5 iterations at TP=2 without SP and at
   CP=2 with the losses of one process; the K-RoPE gradient fix (helpers/runtime/layers/mla.py) is what
   makes TP=2 agree;
-* an HF checkpoint missing a tensor fails with one error naming the parameter.
+* an HF checkpoint missing a tensor is refused before start with one error naming the parameter.
 Notebook 15_hf_import asserts the rest of the flow, each against one process or transformers: dense
 TP=2 x PP=2 training, reload at another layout (eval loss), the trained export's logits, and
 DeepSeek-V2 with MoE at TP=2+SP x EP=2 (the fix's SP branch).
@@ -27,6 +27,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from helpers import launch
+from helpers.errors import InvalidJob
 from helpers.job import families, paths
 from helpers.job.spec import JobSpec
 from helpers.launch import hf_check, runner, tiny_hf
@@ -263,5 +264,8 @@ def test_a_missing_hf_tensor_is_one_error_naming_the_parameter(hf, tmp_path):
     tensors = load_file(broken / "model.safetensors")
     del tensors["model.layers.1.post_attention_layernorm.weight"]  # Bridge 0.6.2 would only warn
     save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
-    with pytest.raises(launch.JobFailed, match=r"HFImportError: .*decoder\.layers\.1\.pre_mlp_layernorm\.weight"):
+    # refused before start (the pre-start check runs Bridge's own mapping over the header's names and shapes)
+    with pytest.raises(InvalidJob, match=r"hf_weights_missing.*decoder\.layers\.1\.pre_mlp_layernorm\.weight, "
+                                         r"which Bridge reads from model\.layers\.1\.post_attention_layernorm"):
         launch.run(hf_model=str(broken), out=str(tmp_path / "runs"), **{**TRAIN, "iters": 1})
+    assert not (tmp_path / "runs").exists()  # no run directory: nothing started

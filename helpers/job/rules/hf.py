@@ -1,10 +1,11 @@
-"""A Hugging Face import request: the folder itself (helpers/job/hf_model.py `problems`) and what
+"""A Hugging Face import request: the folder itself (helpers/job/hf_model.py `problems`), its
+tensors' shapes against the model its config.json describes (helpers/job/hf_shapes.py) and what
 goes with it: export_hf needs hf_model and the tokenizer in its folder; an eval_only export writes
 one checkpoint; model_overrides change presets, not an imported config. Category "hf"."""
 from __future__ import annotations
 
-from helpers.job import hf_model
-from helpers.job.rules.violation import Found, Violation
+from helpers.job import hf_model, hf_shapes
+from helpers.job.violation import Found, Violation
 
 
 def check(spec, folder: hf_model.Folder | None = None) -> list[Violation]:
@@ -18,9 +19,10 @@ def check(spec, folder: hf_model.Folder | None = None) -> list[Violation]:
     if spec.model_overrides:
         v.add("hf_model_no_overrides", "model_overrides change a preset; an hf_model's architecture comes from its "
               "config.json", "edit and re-save the HF model instead, or drop model_overrides")
-    found = list((folder or hf_model.read(spec.hf_model)).problems)
-    if found:
-        return v + found
+    folder = folder or hf_model.read(spec.hf_model)
+    if folder.problems:
+        return v + list(folder.problems)
+    v += hf_shapes.problems(folder)
     if spec.export_hf and spec.eval_only and len(spec.load_paths()) != 1:
         v.add("export_one_checkpoint", "export_hf with eval_only writes one checkpoint back to Hugging Face format, "
               f"but load_dir names {len(spec.load_paths())}", "give exactly one load_dir")
