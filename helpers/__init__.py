@@ -11,6 +11,10 @@ Packages (the folder says where code runs; docs/architecture.md draws the whole)
     launch/   notebook side, processes: prepare, torchrun, watch, multi-node, command line
     memory/   notebook side, prediction: the memory planner
     views/    notebook side, pictures and tables (the only package that imports matplotlib/ipywidgets)
+    perf/     notebook side, prediction: the performance model (GPUs, links, collectives, GEMMs, layouts)
+    advisor/  notebook side, prediction: every layout of a model on N GPUs, ranked
+    lessons/  a lesson run headless (papermill in a child process)
+    precision/ number formats, FP8 recipes and GEMMs (both sides)
     runtime/  inside torchrun only: the Megatron-Core worker
 Names are loaded on first use, so a worker that imports helpers.runtime.* loads none of the
 notebook-side packages."""

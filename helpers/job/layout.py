@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 from helpers.errors import InvalidLayout
 from helpers.job.models import ModelPreset
-from helpers.job.rules import builder
 from helpers.job.rules import layout as rules
-from helpers.job.rules.violation import Violation
-from helpers.job.sizes import ParallelSizes, knob
+from helpers.job.violation import Violation
+from helpers.job.sizes import PlacedSizes
 from helpers.job.spec import JobSpec
 
 # Megatron's default rank order (initialize_model_parallel's `order`): the leftmost axis varies
@@ -32,19 +31,11 @@ EXPERT_TOKENS = {"etp": "tp", "ep": "ep", "edp": "dp"}  # on the expert generato
 
 
 @dataclass(frozen=True)
-class Layout(ParallelSizes):
-    gpus_per_node: int | None = knob(None, "devices per node; none = all ranks on one node")
-    backend: str = knob("local", "local: the kit's worker, no Transformer Engine; te: Megatron-Core with TE")
-
+class Layout(PlacedSizes):
     @classmethod
     def on(cls, nodes: int, gpus_per_node: int, **sizes) -> "Layout":
         """A layout filling `nodes` x `gpus_per_node` devices."""
         return cls(nproc=nodes * gpus_per_node, gpus_per_node=gpus_per_node, **sizes)
-
-    @classmethod
-    def of(cls, sizes: ParallelSizes, **extra) -> "Layout":
-        """The layout of a JobSpec (or any ParallelSizes)."""
-        return cls(**sizes.parallel_sizes(), **extra)
 
     @property
     def nodes(self) -> int:
@@ -61,10 +52,7 @@ class Layout(ParallelSizes):
         """Every constraint this layout breaks for `model` (empty list = valid): the layout rules and
         what the backend builds (helpers/job/rules/layout.py, builder.py). `devices`: accelerators
         available (None = CPU processes, no limit)."""
-        found = rules.sizes(self, model, devices)
-        if found:
-            return found  # the other rules divide by these sizes
-        return rules.check(self, model, devices) + builder.layout(self, model, devices)
+        return rules.validate(self, model, devices)
 
     def check(self, model: ModelPreset, devices: int | None = None) -> None:
         problems = self.validate(model, devices)

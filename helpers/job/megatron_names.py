@@ -256,6 +256,7 @@ KIT_ONLY = {
     "precision": "several fields at once: bf16 and params_dtype (TransformerConfig), --bf16 / --fp8",
     "fp8_output_layer": "the kit's own FP8 linears on the output layer; Megatron's FP8 is Transformer Engine's",
     "seed_checkpoint": "the kit's cached world-size-1 start, so every layout starts from the same weights",
+    "seed_checkpoint_dir": "where the workers find that start (a node-local copy on a multi-node job)",
     "name": "the run directory's name",
     "out": "the run directories' parent folder",
     "tensorboard": "the kit writes its event files into the run directory itself",

@@ -10,25 +10,31 @@ from dataclasses import dataclass, field, fields
 
 
 def knob(default, doc: str, **meta):
-    """A dataclass field with its one-line doc (and CLI hints: choices, aliases, cli=False)."""
+    """A dataclass field with its one-line doc, CLI hints (choices, aliases, cli=False) and what a job
+    made from another does with it: per_run=True, what one run does rather than which weights the
+    model starts from (the seed checkpoint's run takes the default); resolved=True, filled in by the
+    rules before start (a job repeated from its manifest resolves it again)."""
     kind = {"default_factory": default} if callable(default) else {"default": default}
     return field(**kind, metadata={"doc": doc, **meta})
 
 
 @dataclass(frozen=True)
 class ParallelSizes:
-    tp: int = knob(1, "tensor parallel size: each layer's matrices split over this many ranks")
-    pp: int = knob(1, "pipeline parallel size: layers split into this many stages")
-    vpp: int | None = knob(None, "virtual pipeline stages per rank (interleaved 1F1B); none = off")
-    cp: int = knob(1, "context parallel size: the sequence split over this many ranks")
-    ep: int = knob(1, "expert parallel size: MoE experts split over this many ranks")
-    etp: int | None = knob(None, "expert tensor parallel size; none = tp (Megatron's default)")
-    sp: bool = knob(False, "sequence parallel: norms/dropout split over the TP group (needs tp > 1)")
+    tp: int = knob(1, "tensor parallel size: each layer's matrices split over this many ranks", per_run=True)
+    pp: int = knob(1, "pipeline parallel size: layers split into this many stages", per_run=True)
+    vpp: int | None = knob(None, "virtual pipeline stages per rank (interleaved 1F1B); none = off", per_run=True)
+    cp: int = knob(1, "context parallel size: the sequence split over this many ranks", per_run=True)
+    ep: int = knob(1, "expert parallel size: MoE experts split over this many ranks", per_run=True)
+    etp: int | None = knob(None, "expert tensor parallel size; none = tp (Megatron's default)", per_run=True)
+    sp: bool = knob(False, "sequence parallel: norms/dropout split over the TP group (needs tp > 1)", per_run=True)
     nproc: int | None = knob(None, "ranks (processes, one per GPU); none = tp*pp*cp; data parallel = nproc/(tp*pp*cp)")
-    first_stage_layers: int | None = knob(None, "uneven pipeline: layers on the first stage (none = even split)")
-    last_stage_layers: int | None = knob(None, "uneven pipeline: layers on the last stage (none = even split)")
+    first_stage_layers: int | None = knob(None, "uneven pipeline: layers on the first stage (none = even split)",
+                                          per_run=True)
+    last_stage_layers: int | None = knob(None, "uneven pipeline: layers on the last stage (none = even split)",
+                                         per_run=True)
     micro_batch: int = knob(1, "sequences per microbatch")
-    global_batch: int | None = knob(None, "sequences per iteration over all replicas; none = micro_batch * dp")
+    global_batch: int | None = knob(None, "sequences per iteration over all replicas; none = micro_batch * dp",
+                                    per_run=True)
     seq_len: int = knob(64, "tokens per sequence")
 
     # ---- derived sizes (the only copy) --------------------------------------------------
@@ -72,3 +78,16 @@ class ParallelSizes:
         if getattr(self, "dist_opt", False):
             parts.append("distopt")
         return "-".join(parts) or "single"
+
+
+@dataclass(frozen=True)
+class PlacedSizes(ParallelSizes):
+    """The parallel sizes on a machine: what the layout rules read (helpers/job/rules/layout.py).
+    `Layout` (helpers/job/layout.py) adds which rank lands in which group."""
+    gpus_per_node: int | None = knob(None, "devices per node; none = all ranks on one node")
+    backend: str = knob("local", "local: the kit's worker, no Transformer Engine; te: Megatron-Core with TE")
+
+    @classmethod
+    def of(cls, sizes: ParallelSizes, **extra):
+        """The sizes of a JobSpec (or any ParallelSizes), placed."""
+        return cls(**sizes.parallel_sizes(), **extra)

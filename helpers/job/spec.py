@@ -5,9 +5,10 @@ The parallel sizes and what derives from them come from `ParallelSizes` (helpers
 Every field has a one-line doc (`JobSpec.doc(name)`); `python -m helpers --help` prints them."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 
 from helpers.job.data.source import DEFAULT_SPLIT
@@ -37,14 +38,23 @@ RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", 
 RECOMPUTE_MODULES_DEFAULT = ("core_attn",)  # what TransformerConfig.__post_init__ puts in place of None
 
 
+def attention_of(attention: str, backend: str, sinks: bool = False) -> str:
+    """auto: TE's on te; on the local backend the kit's SDPA one, or Megatron's own local attention
+    for a model with attention sinks (GPT-OSS), the one local attention that computes them."""
+    if attention != "auto":
+        return attention
+    return "transformer_engine" if backend == "te" else "megatron_local" if sinks else "sdpa"
+
+
 @dataclass(frozen=True)
 class JobSpec(ParallelSizes):
-    dist_opt: bool = knob(False, "distributed optimizer: optimizer state sharded over data-parallel ranks")
+    dist_opt: bool = knob(False, "distributed optimizer: optimizer state sharded over data-parallel ranks",
+                          per_run=True)
     megatron_fsdp: str | None = knob(None, "Megatron-FSDP in place of Megatron's DDP, and what it shards over the "
                                      "data-parallel ranks: optim (main parameters and Adam states, as dist_opt), "
                                      "optim_grads (+ gradients), optim_grads_params (+ parameters, each layer's "
                                      "gathered before it runs: ZeRO-3); none = DDP. Planned, not run: the kit's "
-                                     "worker builds Megatron's DDP", choices=FSDP_STRATEGIES)
+                                     "worker builds Megatron's DDP", choices=FSDP_STRATEGIES, per_run=True)
     # ---- model and training
     model: str = knob("tiny-gpt", "model preset (helpers/job/models.py)")
     model_overrides: dict = knob(dict, "preset fields to change, e.g. num_layers=2", cli="keyvalue")
@@ -52,7 +62,7 @@ class JobSpec(ParallelSizes):
                                 "imported through Megatron-Bridge into the layout; replaces model")
     export_hf: str | None = knob(None, "after training, write the model back as a Hugging Face folder here "
                                  "(needs hf_model; $VARS expanded on the node); with eval_only and one "
-                                 "load_dir: that checkpoint")
+                                 "load_dir: that checkpoint", per_run=True)
     iters: int = knob(5, "training iterations")
     lr: float = knob(3e-3, "peak learning rate (constant unless lr_warmup_iters or lr_decay change it)")
     lr_warmup_iters: int = knob(0, "linear warm-up from 0 to lr over this many iterations (Megatron's "
@@ -110,7 +120,7 @@ class JobSpec(ParallelSizes):
                      "sft (the kit's generated prompt/response set, or data_dir's); or a path: a folder of .txt "
                      "files, a .txt/.jsonl/.parquet file or a folder of them, or a Megatron indexed dataset "
                      "prefix (PREFIX.bin + PREFIX.idx). Rows with messages or prompt + response train SFT (loss "
-                     "on the answers), text rows continued pretraining")
+                     "on the answers), text rows continued pretraining", per_run=True)
     tokenizer: str = knob("auto", "auto = the hf_model folder's own tokenizer (hf) when it has one, else byte; "
                           "byte (258 tokens, fits the tiny presets), gpt2, qwen3, or hf", choices=TOKENIZERS)
     data_dir: str | None = knob(None, "wikitext: the folder with wikitext-2-raw-v1/ (none = KIT_DATA_DIR, then HF "
@@ -134,12 +144,15 @@ class JobSpec(ParallelSizes):
     fp8_param_gather: bool = knob(False, "with precision=fp8 on te and dist_opt or megatron_fsdp: the parameters "
                                   "kept in FP8 (Transformer Engine's FP8 weights, 1 byte), so the parameter "
                                   "all-gather moves FP8 and no separate FP8 weight copy is made. Planned, not run: "
-                                  "the kit's worker keeps bf16 weights")
+                                  "the kit's worker keeps bf16 weights", per_run=True)
     fp8_output_layer: bool = knob(False, "with precision=fp8 on the local backend, the output layer's (logits) "
                                   "GEMMs in FP8 too; off: bf16, as Transformer Engine's recipes keep it "
                                   "(docs/results/precision.md measures both)")
     seed_checkpoint: bool = knob(True, "start from the cached world-size-1 seed checkpoint (same weights in "
                                  "every layout); off = each layout's own random init")
+    seed_checkpoint_dir: str | None = knob(None, "where the workers find the seed checkpoint (the rules name the "
+                                           "cached one; a multi-node job may name a node-local copy)", cli=False,
+                                           resolved=True)
     name: str | None = knob(None, "run-directory prefix; none = <model>-<layout>")
     out: str = knob("runs", "parent folder of run directories")
     tensorboard: str = knob("auto", "TensorBoard event files in the run directory (loss, lr, grad norm, tokens/s, "
@@ -155,18 +168,18 @@ class JobSpec(ParallelSizes):
     env: dict = knob(dict, "extra environment variables for every rank, e.g. NCCL_DEBUG=INFO", cli="keyvalue")
     hf_parity_layouts: list | None = knob(None, "compare the imported model's logits with transformers' in each "
                                           "of these layouts (dicts of sizes), then stop (helpers/launch/hf_check.py)",
-                                          cli=False)
+                                          cli=False, per_run=True)
     groups_only: bool = knob(False, "start the process groups, write groups.json and stop (no model, no data)",
-                             cli=False)
+                             cli=False, per_run=True)
     # ---- checkpoints (helpers/runtime/checkpoint/). Paths may use $VARS, expanded on each node.
-    save_interval: int | None = knob(None, "save every N iterations and after the last; none = never")
-    save_dir: str | None = knob(None, "where to save; none = <run_dir>/checkpoints")
+    save_interval: int | None = knob(None, "save every N iterations and after the last; none = never", per_run=True)
+    save_dir: str | None = knob(None, "where to save; none = <run_dir>/checkpoints", per_run=True)
     load_dir: str | list | None = knob(None, "resume from the checkpoint this folder's tracker names (Megatron-LM's "
                                        "latest_checkpointed_iteration.txt), or an iter_* folder (the kit's, "
-                                       "Megatron-LM's or Megatron-Bridge's); several with eval_only")
+                                       "Megatron-LM's or Megatron-Bridge's); several with eval_only", per_run=True)
     load_optimizer: bool = knob(True, "load the optimizer state too (off: weights only, fresh optimizer)")
     eval_only: bool = knob(False, "evaluate load_dir's checkpoint(s) on a fixed batch, forward only "
-                           "(eval.json); no training")
+                           "(eval.json); no training", per_run=True)
     # ---- what is recorded around the loop, and failures injected on purpose (helpers/runtime/measure/)
     log_interval: int = knob(1, "a metrics.jsonl row, TensorBoard point and progress step every N iterations and "
                              "after the last (Megatron-LM's --log-interval; step time = the interval's mean); only "
@@ -179,16 +192,16 @@ class JobSpec(ParallelSizes):
                             "host slow every step", choices=INSTRUMENTS)
     capture_tensors_at: int | None = knob(None, "at this iteration rank 0 keeps the input, output gradient and weight "
                                           "of each linear of the first layer (linear_tensors.pt; lesson 17); "
-                                          "none = off")
+                                          "none = off", per_run=True)
     torch_profile: str | None = knob(None, "write torch.profiler tables of rank 0's last two iterations and the "
                                      "device's idle gaps to this file (+ FILE.idle.json); cuda, 3+ iterations; "
-                                     "none = off")
+                                     "none = off", per_run=True)
     torch_profile_mode: str = knob("full", "with torch_profile: full = host ranges and device activity (the host "
                                    "runs ~2x slower); device = device kernels and launches over one iteration "
                                    "(idle gaps close to an unprofiled step's)", choices=PROFILE_MODES)
     faults: list = knob(list, "failures injected on purpose (tests, lesson 13), each KIND@ITERATION[:rankN], "
                         "e.g. hang@2:rank1; KIND: raise, exit, killjob, hang, nan, exit|hang|killjob_during_save, "
-                        "exit|hang_during_load (helpers/job/faults.py)", metavar="KIND@ITERATION[:rankN]")
+                        "exit|hang_during_load (helpers/job/faults.py)", metavar="KIND@ITERATION[:rankN]", per_run=True)
 
     # ---- what other modules ask of a spec ---------------------------------------------
     @property
@@ -232,6 +245,17 @@ class JobSpec(ParallelSizes):
     def load_paths(self) -> list[Path]:
         """load_dir as a list of paths, $VARS expanded (on a worker: this node's values)."""
         return [Path(os.path.expandvars(str(d))) for d in self.load_dirs()]
+
+    @classmethod
+    def per_run_defaults(cls) -> dict:
+        """Every per_run field at its default: what a run derived for the model alone (the seed
+        checkpoint's) resets."""
+        return {f.name: f.default_factory() if f.default_factory is not MISSING else f.default
+                for f in fields(cls) if f.metadata.get("per_run")}
+
+    def unresolved(self) -> "JobSpec":
+        """This spec with every field the rules fill in (resolved=True) back at its default."""
+        return dataclasses.replace(self, **{f.name: f.default for f in fields(self) if f.metadata.get("resolved")})
 
     @classmethod
     def doc(cls, name: str) -> str:

@@ -115,8 +115,7 @@ def spec_from_args(a: argparse.Namespace) -> JobSpec:
         if not a.from_manifest.is_file():
             sys.exit(f"error: manifest not found: {a.from_manifest}")
         recorded = json.loads(a.from_manifest.read_text())["spec"]
-        recorded["env"] = {k: v for k, v in recorded.get("env", {}).items() if k != "KIT_SEED_CHECKPOINT"}
-        return dataclasses.replace(JobSpec.from_dict(recorded), name=None)
+        return dataclasses.replace(JobSpec.from_dict(recorded).unresolved(), name=None)
     return JobSpec(**given_fields(a))
 
 

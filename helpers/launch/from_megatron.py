@@ -21,6 +21,7 @@ import math
 import shlex
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from helpers.errors import InvalidJob
 from helpers.job import megatron_names
@@ -478,8 +479,11 @@ class _published_configs:
 
         def from_hf_pretrained(cls, path, **kwargs):
             name = str(path)
-            if name in PUBLISHED_CONFIGS and not isinstance(try_to_load_from_cache(name, "config.json"), str):
-                path = str(_config_folder(name))
+            if not Path(name).exists() and not isinstance(try_to_load_from_cache(name, "config.json"), str):
+                if name in PUBLISHED_CONFIGS:
+                    path = str(_config_folder(name))
+                else:
+                    _fetch_config(name)
             return original(cls, path, **kwargs)
 
         AutoBridge.from_hf_pretrained = classmethod(from_hf_pretrained)
@@ -489,6 +493,22 @@ class _published_configs:
         from megatron.bridge.models.conversion.auto_bridge import AutoBridge
 
         AutoBridge.from_hf_pretrained = self.original
+
+
+def _fetch_config(name: str) -> None:
+    """config.json of a Hub model into the Hugging Face cache, or one clear error: Bridge itself
+    retries an unreachable Hub for about two minutes and then fails deep inside its loader."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        hf_hub_download(name, "config.json")
+    except Exception as e:
+        raise InvalidJob(
+            f"[bridge_recipe] the recipe builds its model from {name}'s config.json on the Hugging Face Hub, "
+            f"which this machine cannot reach or may not read ({type(e).__name__}), and the Hugging Face cache "
+            f"does not hold it -> fetch it once where the Hub is reachable (`hf download {name} config.json`; "
+            f"a gated model needs `hf auth login` first), or pass the run's Megatron-LM flags as megatron_args"
+        ) from None
 
 
 def _config_folder(name: str):
@@ -552,8 +572,9 @@ def shrink(spec: JobSpec, hidden: int = 64, layers: int = 4, seq_len: int = 64, 
     if spec.recompute_num_layers is not None and spec.recompute_num_layers > per_chunk:
         small = dataclasses.replace(small, recompute_num_layers=per_chunk)
     how = [f"{k} {getattr(m, k)} -> {x}" for k, x in new.items()]
-    for name in ("world_size", "seq_len", "global_batch_size", "iters", "lr_warmup_iters", "first_stage_layers",
-                 "last_stage_layers", "recompute_num_layers", "megatron_fsdp", "dist_opt", "fp8_param_gather"):
+    said_otherwise = {"model_overrides", "nproc", "global_batch", "device", "precision"}  # the lines above and below
+    for name in ["world_size", "global_batch_size"] + [f.name for f in dataclasses.fields(JobSpec)
+                                                       if f.name not in said_otherwise]:
         if getattr(spec, name) != getattr(small, name):
             how.append(f"{name} {getattr(spec, name)} -> {getattr(small, name)}")
     how.append(f"precision {spec.precision} -> fp32 on cpu" if spec.precision != "fp32" else "device cpu")

@@ -95,15 +95,12 @@ def write_manifest(run_dir: Path, resolved: rules.Resolved, data_record: dict | 
 # ---- the seed checkpoint -------------------------------------------------------------------------
 def seed_checkpoint(spec: JobSpec, model: ModelPreset) -> Path:
     """The cached world-size-1 checkpoint for this model, seed and precision (checkpoint_dir.seed_path,
-    the folder a resolved spec names in KIT_SEED_CHECKPOINT); built on first use. `spec` is resolved."""
+    the folder a resolved spec names in seed_checkpoint_dir); built on first use. `spec` is resolved."""
     path = checkpoint_dir.seed_path(spec, model)
     if (path / checkpoint_dir.SEED_MARKER).exists():
         return path
-    seed_spec = dataclasses.replace(spec, precision=checkpoint_dir.seed_weights(spec), tp=1, pp=1, vpp=None, cp=1, ep=1, etp=None, sp=False,
-                                    dist_opt=False, nproc=1, iters=0, seed_checkpoint=False,
-                                    first_stage_layers=None, last_stage_layers=None, global_batch=None,
-                                    data="synthetic", save_interval=None, load_dir=None, eval_only=False,
-                                    faults=[], capture_tensors_at=None, torch_profile=None,
+    seed_spec = dataclasses.replace(spec, **JobSpec.per_run_defaults(), precision=checkpoint_dir.seed_weights(spec),
+                                    nproc=1, iters=0, seed_checkpoint=False, seed_checkpoint_dir=None,
                                     name=f"seed-{model.name}", out=str(paths.cache_dir() / "seed-runs"))
     run_dir = new_run_dir(seed_spec, model)
     seed_spec.write(run_dir / names.SPEC)
@@ -115,7 +112,7 @@ def seed_checkpoint(spec: JobSpec, model: ModelPreset) -> Path:
 # ---- running ---------------------------------------------------------------------------------
 def prepare(spec: JobSpec, seed_path: str | None = None) -> tuple[JobSpec, Path]:
     """Work out and check the job (`checked`: every auto decided, the model, the data source pinned so
-    a rerun from the manifest reads the same bytes, the seed checkpoint named in spec.env), build the
+    a rerun from the manifest reads the same bytes, the seed checkpoint named in seed_checkpoint_dir), build the
     seed checkpoint it names on first use, write the run directory: spec.json (the spec the rules
     checked, as it was), model.json, data.json, manifest.json. Nothing runs yet. `seed_path`
     overrides where workers find the seed checkpoint (e.g. "$KIT_NODE_DIR/seed-checkpoint" for
@@ -127,7 +124,7 @@ def prepare(spec: JobSpec, seed_path: str | None = None) -> tuple[JobSpec, Path]
         from helpers.memory.fit import warn_if_over_device
         warn_if_over_device(spec, model, env.device_memory_bytes)
     if spec.seed_checkpoint and seed_path is None:
-        seed_checkpoint(spec, model)  # the folder spec.env already names
+        seed_checkpoint(spec, model)  # the folder seed_checkpoint_dir already names
     run_dir = new_run_dir(spec, model)
     write_run_files(run_dir, resolved)
     write_manifest(run_dir, resolved, data.record(spec, resolved.data))

@@ -27,8 +27,8 @@ WORKER_SCRIPT = paths.REPO_ROOT / "helpers" / "runtime" / "train.py"
 TORCHRUN = "helpers.launch.torchrun_main"  # = python -m torch.distributed.run, minus ~0.9 s of teardown
 
 
-RANK_IMPORTS = "helpers.runtime.compat.cpu_rank_imports"  # torch, Megatron-Core and the worker
-HF_RANK_IMPORTS = "helpers.runtime.hf.rank_imports"  # + Megatron-Bridge's AutoBridge and transformers
+RANK_IMPORTS = "helpers.runtime.rank_imports"  # torch, Megatron-Core and the worker
+HF_RANK_IMPORTS = "helpers.runtime.rank_imports_hf"  # + Megatron-Bridge's AutoBridge and transformers
 
 
 def rank_preload(spec: JobSpec) -> list[str]:

@@ -11,7 +11,7 @@ imported with the garbage collector paused and its objects frozen, as the ranks 
 
 `--preload MODULE[,MODULE]` before torchrun's own arguments (with its `--start-method forkserver`,
 launch/torchrun.py): the modules the forkserver imports before it forks the ranks, so every rank
-starts with torch and Megatron-Core imported (runtime/compat/cpu_rank_imports.py)."""
+starts with torch and Megatron-Core imported (runtime/rank_imports.py)."""
 from __future__ import annotations
 
 import logging

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from helpers.job.rules.resolve import attention_of, overlap_grad_reduce_of, precision_of
+from helpers.job.rules.resolve import overlap_grad_reduce_of, precision_of
+from helpers.job.spec import attention_of
 
 GiB = 2**30
 

@@ -1,7 +1,7 @@
 """Inside torchrun only: the Megatron-Core worker. The loop sits at the root, each file one of its
 steps, in the order Megatron-LM's examples/run_simple_mcore_train_loop.py has them:
   train.py       entry point (main, run) and the training loop (train)
-  worker.py      Worker: one rank's job, handed to every step
+  worker.py      what the loop hands its steps: Rank (fixed for the rank's life), Built, Trainee
   setup.py       process groups (torch.distributed + parallel_state), seeds
   preflight.py   multi-node: every node sees the same files before anything loads
   build.py       the model provider: TransformerConfig, GPT chunks, DDP, optimizer, lr scheduler

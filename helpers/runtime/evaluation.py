@@ -9,49 +9,57 @@
   {"split", "iteration", "loss", "batches"}."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from helpers.rundir import names
 from helpers.rundir.writer import append_jsonl
 from helpers.runtime.data import batches, synthetic
 from helpers.runtime.step import forward_only_loss
+
+if TYPE_CHECKING:
+    from helpers.runtime.worker import Rank, Trainee
 
 # A sample range no training run reaches in the kit's tests and lessons: the evaluation batch is
 # the synthetic source's "iteration" EVAL_INDEX, fixed by the seed alone.
 EVAL_INDEX = 1_000_000
 
 
-def fixed_batch_loss(worker) -> float:
+def fixed_batch_loss(rank: Rank, trainee: Trainee) -> float:
     """Global-batch mean loss of the fixed evaluation batch (collective: every rank calls)."""
-    spec = worker.spec
+    spec = rank.spec
     data = [iter(synthetic.microbatches(spec.seed, EVAL_INDEX, spec.global_batch_size, spec.micro_batch,
-                                        spec.dp, worker.dp_rank, spec.seq_len, worker.model_desc.vocab_size))
-            for _ in worker.model]
-    return forward_only_loss(worker.model, data, spec, worker.device)
+                                        spec.dp, rank.dp_rank, spec.seq_len, trainee.model_desc.vocab_size))
+            for _ in trainee.model]
+    return forward_only_loss(trainee.model, data, spec, rank.device)
 
 
 class Validation:
-    def __init__(self, worker):
-        self.worker = worker
+    """`splits`: the job's Megatron datasets by split (None: synthetic data, nothing to validate)."""
+
+    def __init__(self, rank: Rank, trainee: Trainee, splits: dict | None):
+        self.rank, self.trainee, self.splits = rank, trainee, splits
         self.records: list[dict] = []
 
     def run(self, split: str, iteration: int) -> float | None:
         """One pass over `split` (collective); None without real data."""
-        worker, spec = self.worker, self.worker.spec
-        if worker.splits is None:
+        rank, trainee, spec = self.rank, self.trainee, self.rank.spec
+        if self.splits is None:
             return None
-        worker.param_gather.now()  # overlap_param_gather: every replica's weights updated before they are read
-        losses = [forward_only_loss(worker.model, batches.for_chunks(worker, split, j), spec, worker.device)
+        trainee.param_gather.now()  # overlap_param_gather: every replica's weights updated before they are read
+        losses = [forward_only_loss(trainee.model, batches.for_chunks(rank, trainee, self.splits, split, j), spec,
+                                    rank.device)
                   for j in range(spec.eval_iters)]
         record = {"split": split, "iteration": iteration, "loss": sum(losses) / len(losses), "batches": spec.eval_iters}
         self.records.append(record)
-        if worker.rank == 0:
-            append_jsonl(worker.run_dir / names.VALIDATION, record)
+        if rank.global_rank == 0:
+            append_jsonl(rank.run_dir / names.VALIDATION, record)
         return record["loss"]
 
     def after(self, iteration: int) -> None:
         """Validation every eval_interval iterations, and after the last (collective)."""
-        k = self.worker.spec.eval_interval
-        if (k and iteration % k == 0) or iteration == self.worker.spec.iters:
+        k = self.rank.spec.eval_interval
+        if (k and iteration % k == 0) or iteration == self.rank.spec.iters:
             self.run("valid", iteration)
 
     def test(self) -> None:
-        self.run("test", self.worker.spec.iters)
+        self.run("test", self.rank.spec.iters)

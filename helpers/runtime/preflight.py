@@ -12,14 +12,14 @@ import torch.distributed as dist
 
 from helpers.errors import PreflightError
 from helpers.job import checkpoint_dir, paths
-from helpers.runtime.measure.gather import node_label
+from helpers.runtime.data.node import node_label
 
 
 def _watched(spec) -> dict[str, Path]:
     """label -> path of the files this job will read, as this node names them."""
     out = {}
-    if spec.seed_checkpoint and spec.env.get("KIT_SEED_CHECKPOINT"):
-        out["seed checkpoint"] = Path(os.path.expandvars(spec.env["KIT_SEED_CHECKPOINT"]))
+    if spec.seed_checkpoint and spec.seed_checkpoint_dir:
+        out["seed checkpoint"] = Path(os.path.expandvars(spec.seed_checkpoint_dir))
     for i, path in enumerate(spec.load_paths()):
         out[f"checkpoint {i}" if i else "checkpoint"] = path
     if paths.data_dir() is not None:

@@ -64,14 +64,13 @@ def global_loss(losses_reduced, spec, device) -> float:
     return float(local) / (spec.world_size // spec.pp)
 
 
-def forward_backward(worker, iterators: list) -> list:
+def forward_backward(model: list, iterators: list, spec, device) -> list:
     """One training iteration's forward and backward passes over every microbatch, through
     Megatron's schedule. Returns the loss dicts of this rank's microbatches (last stage only)."""
     from helpers.precision import fp8_matmul
 
     with fp8_matmul.training_step():  # FP8 linears: each weight quantised once per step; delayed scales advance
-        return run_schedule(worker.model, iterators, worker.spec, partial(forward_step, worker.device),
-                            forward_only=False)
+        return run_schedule(model, iterators, spec, partial(forward_step, device), forward_only=False)
 
 
 def run_schedule(model: list, iterators: list, spec, forward_step_func, forward_only: bool):

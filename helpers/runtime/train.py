@@ -3,140 +3,150 @@
 
 It reads RUN_DIR/spec.json and trains with Megatron-Core, in the order Megatron-LM's
 examples/run_simple_mcore_train_loop.py has it: process groups (`setup.process_groups`), the model
-provider (`model_provider`: build.py's config, GPT chunks, DDP and optimizer), the forward step
-(step.py), Megatron's schedule, the optimizer step, save (checkpoint/), evaluate (evaluation.py).
-`train` is that loop; what the kit records around it (report card, metrics, communication,
-timeline) is one Observer (measure/observer.py), and everything a step needs is one Worker
-(worker.py)."""
+provider (`model_provider`: build.py's config and GPT chunks), DDP and the optimizer
+(`wrap_for_training`), the forward step (step.py), Megatron's schedule, the optimizer step, save
+(checkpoint/), evaluate (evaluation.py). `train` is that loop. Each step gets what it needs as
+arguments, made once (worker.py): the `Rank` (spec, run directory, rank, heartbeat, device), the
+`Trainee` (model, optimizer and their config), the data and the injected faults. What the kit
+records around the loop (report card, metrics, communication, timeline) is one Observer
+(measure/observer.py)."""
 from __future__ import annotations
 
 import argparse
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from helpers.job import import_phase
 from helpers.job.spec import JobSpec
 from helpers.rundir import names, writer
-from helpers.runtime.worker import Worker
+from helpers.runtime.worker import Built, Rank, Trainee
+
+if TYPE_CHECKING:
+    from helpers.runtime.data.indexed import Prepared
+    from helpers.runtime.measure.faults import Injected
 
 # Megatron-Core is imported inside the functions, after main() knows the job's device: on CPU it
 # is imported without torch.compile (compat/cpu.py says why).
 
 
-def model_provider(worker: Worker) -> list:
+def model_provider(rank: Rank) -> Built:
     """Megatron's TransformerConfig and this rank's GPTModel chunks (one per virtual pipeline
     stage): a preset's, or an imported Hugging Face model's with its weights loaded. The model is
     model.json's, as the rules checked it (nothing of the HF folder is read here but Bridge's own)."""
     from helpers.rundir import prepared
     from helpers.runtime import build
 
-    spec, on_cpu = worker.spec, worker.device.type == "cpu"
-    worker.model_desc, worker.hf = prepared.model(worker.run_dir)
+    spec, on_cpu = rank.spec, rank.device.type == "cpu"
+    model_desc, hf = prepared.model(rank.run_dir)
     if not spec.hf_model:
-        worker.config = build.transformer_config(worker.model_desc, spec, on_cpu, spec.bf16)
-        return build.model_chunks(worker.config, worker.model_desc, spec)
+        config = build.transformer_config(model_desc, spec, on_cpu, spec.bf16)
+        return Built(model_desc, hf, config, build.model_chunks(config, model_desc, spec))
     from helpers.runtime.hf import config as hf_config
     from helpers.runtime.hf import weights as hf_weights
-    bridge = hf_config.open_bridge(worker.hf)
-    worker.config = hf_config.provider_config(bridge, spec, on_cpu, spec.bf16)
-    chunks = build.model_chunks(worker.config, worker.model_desc, spec)
+    bridge = hf_config.open_bridge(hf)
+    config = hf_config.provider_config(bridge, spec, on_cpu, spec.bf16)
+    chunks = build.model_chunks(config, model_desc, spec)
     hf_weights.load(bridge, chunks)
-    return chunks
+    return Built(model_desc, hf, config, chunks)
 
 
-def wrap_for_training(worker: Worker, chunks: list) -> None:
+def wrap_for_training(rank: Rank, built: Built) -> Trainee:
     """Seed-checkpoint weights (the same start in every layout), Megatron's DDP and optimizer, and
     the config hooks Megatron's schedule calls (grad sync, loss scaling), as Megatron's loop wires them."""
     from helpers.runtime import build
     from helpers.runtime.checkpoint import io as checkpoint_io
 
-    spec, config = worker.spec, worker.config
+    spec, config = rank.spec, built.config
     if spec.seed_checkpoint:
-        checkpoint_io.load_model(chunks, worker.path(spec.env["KIT_SEED_CHECKPOINT"]))
-    worker.model = build.wrap_ddp(config, chunks, spec, worker.device)
-    worker.opt = build.optimizer(config, worker.model, spec)
-    build.loop_hooks(config, worker.model, worker.opt)
-    worker.param_gather = build.ParamGather(config, worker.model, worker.opt)
+        checkpoint_io.load_model(built.chunks, rank.path(spec.seed_checkpoint_dir))
+    model = build.wrap_ddp(config, built.chunks, spec, rank.device)
+    optimizer = build.optimizer(config, model, spec)
+    build.loop_hooks(config, model, optimizer)
+    return Trainee(built.model_desc, built.hf, config, model, optimizer, build.ParamGather(config, model, optimizer))
 
 
-def train(worker: Worker) -> None:
-    """Megatron's training loop; the kit's only additions are the observer's four calls."""
+def train(rank: Rank, trainee: Trainee, data: Prepared | None, splits: dict | None, faults: Injected | None) -> None:
+    """Megatron's training loop; the kit's only additions are the observer's four calls. `data`: the
+    real data prepared on this node (data/indexed.Prepared), `splits`: its Megatron datasets per
+    split (both None: synthetic); `faults`: this rank's injected faults (None: none)."""
     from helpers.runtime import build, evaluation, step
     from helpers.runtime.checkpoint import policy as checkpoint
     from helpers.runtime.data import batches
     from helpers.runtime.measure.observer import Observer
 
-    spec, model, opt = worker.spec, worker.model, worker.opt
-    start = checkpoint.resume(worker)  # 0 unless load_dir
-    observer = Observer(worker, start)
-    validation = evaluation.Validation(worker)  # real data: the loss before training, the baseline
+    spec, model, optimizer = rank.spec, trainee.model, trainee.optimizer
+    start = checkpoint.resume(rank, trainee)  # 0 unless load_dir
+    observer = Observer(rank, trainee, data, faults, start)
+    validation = evaluation.Validation(rank, trainee, splits)  # real data: the loss before training, the baseline
     validation.run("valid", start)
-    scheduler = build.lr_schedule(opt, spec, start)  # Megatron's OptimizerParamScheduler, at `start`
-    worker.param_gather.hold()  # overlap_param_gather: the overlapped all-gather from the first step on
+    scheduler = build.lr_schedule(optimizer, spec, start)  # Megatron's OptimizerParamScheduler, at `start`
+    trainee.param_gather.hold()  # overlap_param_gather: the overlapped all-gather from the first step on
     for it in range(start, spec.iters):
         observer.begin(it + 1)
         for chunk in model:
             chunk.zero_grad_buffer()  # Megatron's DDP keeps every gradient in one contiguous buffer
-        opt.zero_grad()
-        losses = step.forward_backward(worker, batches.for_chunks(worker, "train", it))
+        optimizer.zero_grad()
+        data_iterators = batches.for_chunks(rank, trainee, splits, "train", it)  # one per model chunk
+        losses = step.forward_backward(model, data_iterators, spec, rank.device)
         observer.loss(losses)  # the global-batch loss on logged iterations (log_interval)
-        ok, grad_norm, _ = opt.step()  # gradients reduced in forward_backward (finalize_model_grads), clipped
-        worker.param_gather.stepped(first=it == start, last=it == spec.iters - 1)
+        ok, grad_norm, _ = optimizer.step()  # gradients reduced in forward_backward (finalize_model_grads), clipped
+        trainee.param_gather.stepped(first=it == start, last=it == spec.iters - 1)
         observer.end(ok, grad_norm)
         scheduler.step(spec.global_batch_size)  # in samples, as Megatron-LM counts (never skipped in bf16/fp32)
-        checkpoint.maybe_save(worker, it + 1, scheduler)
+        checkpoint.maybe_save(rank, trainee, it + 1, scheduler)
         validation.after(it + 1)
     validation.test()
     observer.finish(validation.records)
-    export_hf(worker)
+    export_hf(rank, trainee)
 
 
-def export_hf(worker: Worker) -> None:
+def export_hf(rank: Rank, trainee: Trainee) -> None:
     """The model as it is now, written as a Hugging Face folder through Bridge (collective)."""
-    if not worker.spec.export_hf:
+    if not rank.spec.export_hf:
         return
     from megatron.core.utils import unwrap_model
 
     from helpers.runtime.hf import config as hf_config
     from helpers.runtime.hf import weights as hf_weights
-    worker.beat("exporting to Hugging Face format")
-    hf_weights.export(hf_config.open_bridge(worker.hf), unwrap_model(worker.model),
-                      worker.path(worker.spec.export_hf))
+    rank.beat("exporting to Hugging Face format")
+    hf_weights.export(hf_config.open_bridge(trainee.hf), unwrap_model(trainee.model), rank.path(rank.spec.export_hf))
 
 
-def run(worker: Worker, seed_out: Path | None) -> None:
+def run(spec: JobSpec, run_dir: Path, global_rank: int, beat: writer.Heartbeat, seed_out: Path | None) -> None:
     """What the job asks of this rank: only its process groups, an HF parity check, the seed
     checkpoint, an evaluation of saved checkpoints, or training."""
     from helpers.runtime import preflight, setup
     from helpers.runtime.checkpoint import io as checkpoint_io
     from helpers.runtime.checkpoint import policy as checkpoint
-    from helpers.runtime.measure import faults, gather
+    from helpers.runtime.measure import faults as injected_faults
+    from helpers.runtime.measure import gather
 
-    spec = worker.spec
+    data = None  # synthetic
     if spec.data != "synthetic" and seed_out is None and not spec.groups_only:
         from helpers.runtime.data import indexed
-        worker.beat("preparing data")  # tokenized and index-cached on each node, before torch.distributed
-        worker.data = indexed.prepare(worker.run_dir, spec)
-    worker.beat("initialising process groups")
-    worker.device = setup.process_groups(spec)
+        beat("preparing data")  # tokenized and index-cached on each node, before torch.distributed
+        data = indexed.prepare(run_dir, spec)
+    beat("initialising process groups")
+    rank = Rank(spec, run_dir, global_rank, beat, setup.process_groups(spec))
     if spec.groups_only:  # before any model: no model, no data
-        return gather.write_groups(worker.run_dir)
+        return gather.write_groups(run_dir)
     if spec.hf_parity_layouts:  # an HF import checked against transformers, layout by layout
         from helpers.runtime.hf import parity
-        return parity.run(worker.run_dir, spec, worker.device)
-    preflight.check(spec, worker.beat)  # multi-node: every node sees the same data/checkpoint files
-    worker.beat("building the model")
-    chunks = model_provider(worker)
+        return parity.run(run_dir, spec, rank.device)
+    preflight.check(spec, beat)  # multi-node: every node sees the same data/checkpoint files
+    beat("building the model")
+    built = model_provider(rank)
     if seed_out is not None:  # a world-size-1 job whose only task is the seed checkpoint
-        return checkpoint_io.save_model(chunks, seed_out)
-    wrap_for_training(worker, chunks)
-    worker.faults = faults.install(worker)  # spec.faults: failures injected on purpose, through hooks
-    worker.splits = worker.data.build() if worker.data else None  # Megatron's dataset builder (a cache hit)
+        return checkpoint_io.save_model(built.chunks, seed_out)
+    trainee = wrap_for_training(rank, built)
+    faults = injected_faults.install(spec, global_rank, trainee.model)  # spec.faults: failures injected on purpose
+    splits = data.build() if data else None  # Megatron's dataset builder (a cache hit)
     if spec.eval_only:  # with export_hf: a saved checkpoint written back as Hugging Face
-        checkpoint.evaluate_only(worker)
-        return export_hf(worker)
-    train(worker)
+        checkpoint.evaluate_only(rank, trainee)
+        return export_hf(rank, trainee)
+    train(rank, trainee, data, splits, faults)
 
 
 def main() -> None:
@@ -150,7 +160,7 @@ def main() -> None:
     beat = writer.Heartbeat(args.run_dir, rank)
     try:
         import_megatron(spec.device)
-        run(Worker(spec, args.run_dir, rank, beat), args.seed_checkpoint_out)
+        run(spec, args.run_dir, rank, beat, args.seed_checkpoint_out)
     except BaseException as exc:
         from helpers.runtime.measure.comm_log import in_flight
         beat.flush()  # the last phase reached, next to the error
@@ -166,7 +176,7 @@ def import_megatron(device: str) -> None:
     """The heavy imports every rank makes, with the collector paused and their objects then frozen:
     Megatron-Core (on CPU without torch.compile, compat/cpu.py; on GPU with it, as Megatron-Core
     binds it) and torch._dynamo, which torch.optim imports when the first optimizer is built. A
-    forked CPU rank finds them made already (compat/cpu_rank_imports.py)."""
+    forked CPU rank finds them made already (rank_imports.py)."""
     with import_phase.without_gc():
         if device == "cpu":
             from helpers.runtime.compat import cpu as cpu_compat

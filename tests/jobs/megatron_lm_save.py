@@ -23,28 +23,28 @@ def main() -> None:
     from helpers.rundir.writer import Heartbeat
     from helpers.runtime import build, setup, train
     from helpers.runtime.checkpoint import io
-    from helpers.runtime.worker import Worker
+    from helpers.runtime.worker import Rank
 
     spec = JobSpec.read(run_dir / names.SPEC)
-    rank = int(os.environ["RANK"])
+    global_rank = int(os.environ["RANK"])
     train.import_megatron(spec.device)
     with without_modelopt():
         from megatron.training import checkpointing, global_vars
         from megatron.training.training import get_optimizer_param_scheduler
     (out.parent / "logs").mkdir(parents=True, exist_ok=True)
-    worker = Worker(spec, run_dir, rank, Heartbeat(out.parent, rank))  # the kit's loader reports progress
-    worker.device = setup.process_groups(spec)
-    chunks = train.model_provider(worker)
-    worker.model = build.wrap_ddp(worker.config, chunks, spec, worker.device)
-    worker.opt = build.optimizer(worker.config, worker.model, spec)
-    info = io.load(worker, checkpoint)
+    beat = Heartbeat(out.parent, global_rank)  # the kit's loader reports progress
+    rank = Rank(spec, run_dir, global_rank, beat, setup.process_groups(spec))
+    built = train.model_provider(rank)
+    model = build.wrap_ddp(built.config, built.chunks, spec, rank.device)
+    optimizer = build.optimizer(built.config, model, spec)
+    info = io.load(checkpoint, model, spec, built.model_desc, beat, optimizer)
     argv = megatron_lm.arguments(run_dir / names.MEGATRON_LM_SCRIPT) + ["--save", str(out)]
     args = megatron_lm_check.parsed_here(argv, spec.world_size)
     args.consumed_train_samples = info["iteration"] * args.global_batch_size  # as its training loop counts
     global_vars.set_args(args)
-    scheduler = get_optimizer_param_scheduler(worker.opt)
+    scheduler = get_optimizer_param_scheduler(optimizer)
     scheduler.step(increment=info["iteration"] * args.global_batch_size)
-    checkpointing.save_checkpoint(info["iteration"], worker.model, worker.opt, scheduler, 0.0)
+    checkpointing.save_checkpoint(info["iteration"], model, optimizer, scheduler, 0.0)
     import torch.distributed as dist
     dist.barrier()
     dist.destroy_process_group()

@@ -9,13 +9,12 @@ import pytest
 from helpers.job.spec import JobSpec
 from helpers.launch.cli import parser, spec_from_args
 
-INTERNAL = {"groups_only", "hf_parity_layouts"}  # set by helpers.launch.probe and hf_check, not by users
 
 
 def test_help_lists_every_user_field_with_its_doc():
     text = " ".join(parser().format_help().split())  # argparse wraps lines
     for f in dataclasses.fields(JobSpec):
-        if f.name in INTERNAL:
+        if f.metadata.get("cli", True) is False:  # set by the kit (probe, hf_check, the rules), not by users
             continue
         flag = ("--no-" if f.type == "bool" and f.default is True else "--") + f.name.replace("_", "-")
         assert flag in text, flag

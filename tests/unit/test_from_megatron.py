@@ -138,14 +138,32 @@ def test_shrunk_text_names_each_change():
 def test_bridge_llama3_8b_recipe_read_planned_and_shrunk():
     """Bridge's own recipe, called in a fresh interpreter (Bridge's training config imports, with the
     kit's stand-ins), read into its layout and model, planned on 8 x H100-80GB, and shrunk into a job
-    every rule accepts on this CPU (nothing starts)."""
+    every rule accepts on this CPU (nothing starts); the caller's process keeps no patch; a recipe
+    whose model's config.json cannot be fetched is one clear error."""
     script = (
         "import json, dataclasses\n"
         "from helpers.launch import from_megatron as fm, runner\n"
+        f"LLAMA3_70B = {LLAMA3_8B.replace('8b', '70b')!r}\n"
         f"full, small, lines = fm.job(bridge_recipe={LLAMA3_8B!r}, shrunk=True, nproc=8, iters=2)\n"
         "checked = runner.validate(small)\n"
+        # what reading a recipe leaves in the caller's process: nothing it patched
+        "import sys, torch\n"
+        "from megatron.bridge.models.conversion.auto_bridge import AutoBridge\n"
+        "left = {'from_hf_pretrained': AutoBridge.__dict__['from_hf_pretrained'].__func__.__qualname__,\n"
+        "        'recipes_package': 'megatron.bridge.recipes' in sys.modules,\n"
+        "        'te_modules': sorted(m for m in sys.modules if m.startswith('transformer_engine')),\n"
+        "        'tensor_cuda': torch.Tensor.cuda.__qualname__}\n"
+        # a recipe whose model's config.json is neither published here nor cached, on a machine without the Hub
+        "import huggingface_hub\n"
+        "from huggingface_hub.errors import LocalEntryNotFoundError\n"
+        "huggingface_hub.try_to_load_from_cache = lambda *a, **k: None\n"
+        "def offline(*a, **k): raise LocalEntryNotFoundError('no connection')\n"
+        "huggingface_hub.hf_hub_download = offline\n"
+        "try: fm.job(bridge_recipe=LLAMA3_70B); refused = None\n"
+        "except Exception as e: refused = f'{type(e).__name__}: {e}'\n"
         "print(json.dumps({'full': full.to_dict(), 'dp': full.dp, 'lines': lines, 'plan': fm.plan_text(full, 'h100-80gb'),\n"
-        "                  'small': checked.to_dict(), 'small_world': checked.world_size}))\n")
+        "                  'small': checked.to_dict(), 'small_world': checked.world_size, 'left': left,\n"
+        "                  'refused': refused}))\n")
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
@@ -166,6 +184,13 @@ def test_bridge_llama3_8b_recipe_read_planned_and_shrunk():
     small = got["small"]
     assert (small["cp"], small["dist_opt"], small["device"], small["iters"], got["small_world"]) == (2, True, "cpu", 2, 2)
     assert "hidden_size 4096 -> 64" in got["lines"][-1] and "num_layers 32 -> 4" in got["lines"][-1]
+    # reading the recipe left Bridge's loader, Bridge's recipes package, torch and TE's names as they were
+    assert got["left"] == {"from_hf_pretrained": "AutoBridge.from_hf_pretrained", "recipes_package": False,
+                           "te_modules": [], "tensor_cuda": "TensorBase.cuda"}, got["left"]
+    # a model whose config.json the machine cannot fetch: one error naming it and how to get it, not
+    # two minutes of Bridge's retries and a traceback from its loader
+    assert got["refused"].startswith("InvalidJob: [bridge_recipe]"), got["refused"]
+    assert "meta-llama/Meta-Llama-3-70B" in got["refused"] and "hf download" in got["refused"]
 
 
 def test_cli_plans_a_megatron_lm_command_without_starting_it(tmp_path):

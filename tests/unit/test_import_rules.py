@@ -4,6 +4,8 @@
   2. runtime/ imports launch/, views/ or memory/, directly or through another module (the worker
      stays light and one-way);
   3. the packages of helpers/ import each other in a cycle.
+(A fourth contract keeps pyproject.toml's test extra out of the kit: tests/unit/test_install_without_test_extras.py.)
+(A fifth keeps perf/, the performance model under memory/ and advisor/, off launch/, views/ and runtime/.)
 import-linter has no contract for the other three, checked here:
   4. job/ or rundir/ imports torch or megatron at module level (both sides import them; inside a
      function is allowed, and import-linter counts an import wherever it stands), read with `ast`;
@@ -132,7 +134,10 @@ def test_only_the_three_files_at_the_top_of_helpers():
     assert files == ["__init__.py", "__main__.py", "errors.py"]
 
 
-LOOP = ["__init__.py", "build.py", "evaluation.py", "preflight.py", "setup.py", "step.py", "train.py", "worker.py"]
+# the loop's steps, and the imports a forkserver makes once for every rank it forks (beside the worker
+# they import, so nothing below runtime/'s root imports upwards)
+LOOP = ["__init__.py", "build.py", "evaluation.py", "preflight.py", "rank_imports.py", "rank_imports_hf.py",
+        "setup.py", "step.py", "train.py", "worker.py"]
 
 
 def test_the_worker_root_holds_only_the_loop():
@@ -148,7 +153,8 @@ def test_the_worker_root_holds_only_the_loop():
 def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     pkg = tmp_path / "kit"
     for rel, text in {"__init__.py": "", "job/__init__.py": "", "rundir/__init__.py": "", "runtime/__init__.py": "",
-                      "views/__init__.py": "", "launch/__init__.py": "", "memory/__init__.py": "", **files}.items():
+                      "views/__init__.py": "", "launch/__init__.py": "", "memory/__init__.py": "", "perf/__init__.py": "",
+                      **files}.items():
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text)
     return pkg
@@ -170,8 +176,18 @@ def _package(tmp_path: Path, files: dict[str, str]) -> Path:
       "views/plot.py": ""}, "worker-one-way"),
     ({"job/rules/__init__.py": "", "job/rules/a.py": "from kit.rundir import b\n",
       "rundir/b.py": "from kit.job import c\n", "job/c.py": "x = 1\n"}, "no-package-cycles"),
+    ({"perf/links.py": "def f():\n    from kit.views import plot\n", "views/plot.py": ""}, "perf-under-the-notebook-side"),
+    # inside a package: a lower module that imports back up (the worker's measure/ importing its loop), even
+    # from inside a function (the rules importing the Layout whose validate runs them)
+    ({"runtime/measure/__init__.py": "", "runtime/measure/gather.py": "from kit.runtime import train\n",
+      "runtime/train.py": "from kit.runtime.measure import gather\n"}, "no-package-cycles"),
+    ({"job/rules/__init__.py": "def check():\n    from kit.job import layout\n",
+      "job/layout.py": "from kit.job.rules import sizes\n", "job/rules/sizes.py": ""}, "no-package-cycles"),
+    ({"runtime/measure/__init__.py": "", "runtime/measure/gather.py": "x = 1\n",
+      "runtime/train.py": "from kit.runtime.measure import gather\n"}, None),
 ], ids=["drawing", "drawing-in-views-ok", "drawing-in-views-nested-ok", "runtime-launch", "runtime-memory-in-function",
-        "runtime-views-through-job", "package-cycle", "one-way-ok", "nested-runtime-views", "nested-package-cycle"])
+        "runtime-views-through-job", "package-cycle", "one-way-ok", "nested-runtime-views", "nested-package-cycle",
+        "perf-views", "runtime-climbs-up", "rules-layout-in-function", "runtime-one-way-ok"])
 def test_each_contract_fires_on_a_synthetic_package(tmp_path, files, contract):
     """The kit's own .importlinter, with `helpers` renamed to the synthetic package's name."""
     _package(tmp_path, files)

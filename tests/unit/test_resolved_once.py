@@ -4,6 +4,7 @@ holds, the data rule reads a sample of the source and the workers read the run d
 model.json and data.json instead of the HF folder or the data source. No process is started here:
 `prepare` for jobs that need no seed checkpoint built, and the workers' own functions in-process."""
 import ast
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -53,7 +54,7 @@ def test_an_hf_folders_headers_are_read_once_per_job(tmp_path, monkeypatch):
 
 
 def test_the_spec_the_rules_checked_is_the_one_spec_json_holds(tmp_path, monkeypatch):
-    """A real-data job with a seed checkpoint: the data source's path and KIT_SEED_CHECKPOINT are
+    """A real-data job with a seed checkpoint: the data source's path and the seed checkpoint's are
     decided by resolve, before the check; prepare changes no field after it."""
     monkeypatch.setenv("KIT_CACHE_DIR", str(tmp_path / "cache"))
     rows = jsonl(tmp_path / "rows.jsonl", [{"text": f"row {i} " * 8} for i in range(40)])
@@ -73,7 +74,7 @@ def test_the_spec_the_rules_checked_is_the_one_spec_json_holds(tmp_path, monkeyp
     monkeypatch.setattr(rules, "check", recorded)
     spec, run_dir = runner.prepare(job)
     assert len(seen) == 1 and JobSpec.read(run_dir / names.SPEC) == seen[0].spec == spec
-    assert spec.env["KIT_SEED_CHECKPOINT"] == str(seed) and spec.data == str(rows.resolve())
+    assert spec.seed_checkpoint_dir == str(seed) and spec.data == str(rows.resolve())
     pinned = prepared.data(run_dir)
     assert pinned.files["all"] == {"path": str(rows), "bytes": rows.stat().st_size, "sha256": paths.sha256(rows)}
     manifest = json.loads((run_dir / names.MANIFEST).read_text())
@@ -162,3 +163,28 @@ def test_the_data_rule_parses_a_sample_and_counts_the_rest(tmp_path):
     for size in (1, 3, 7, 1 << 20):  # pieces cut anywhere between line ends
         assert list(documents.paragraphs_of(book, size)) == want
     assert data.sample(data.resolve(JobSpec(data=str(book))), limit=2).counts == {"all": len(want)} == {"all": 4}
+
+
+def test_derived_jobs_reset_what_the_fields_metadata_says():
+    """A job repeated from its manifest resolves its seed checkpoint again (resolved=True), and the
+    seed checkpoint's run keeps the model and how it is built while every per_run field goes back
+    to its default. A new field must say which it is: the kept set below then fails until it does."""
+    spec = JobSpec(tp=2, pp=2, dist_opt=True, megatron_fsdp="optim", fp8_param_gather=True, data="wikitext",
+                   save_interval=2, export_hf="out", faults=["exit@2"], seed=7, model="tiny-moe",
+                   seed_checkpoint_dir="/cache/seed")
+    assert spec.unresolved().seed_checkpoint_dir is None and spec.unresolved().tp == 2
+    seed_run = dataclasses.replace(spec, **JobSpec.per_run_defaults())
+    assert (seed_run.tp, seed_run.pp, seed_run.dist_opt, seed_run.megatron_fsdp, seed_run.fp8_param_gather,
+            seed_run.data, seed_run.save_interval, seed_run.export_hf, seed_run.faults) == \
+        (1, 1, False, None, False, "synthetic", None, None, [])
+    assert (seed_run.model, seed_run.seed) == ("tiny-moe", 7)
+    kept = {f.name for f in dataclasses.fields(JobSpec) if not f.metadata.get("per_run")}
+    assert kept == {
+        "nproc", "micro_batch", "seq_len", "model", "model_overrides", "hf_model", "iters", "lr", "lr_warmup_iters",
+        "lr_decay", "lr_decay_iters", "min_lr", "clip_grad", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps",
+        "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size", "grad_reduce_dtype", "seed",
+        "moe_dispatcher", "backend", "attention", "recompute_granularity", "recompute_method",
+        "recompute_num_layers", "recompute_modules", "tokenizer", "data_dir", "data_column", "data_split",
+        "eval_interval", "eval_iters", "device", "precision", "fp8_recipe", "fp8_output_layer", "seed_checkpoint",
+        "seed_checkpoint_dir", "name", "out", "tensorboard", "timeout_s", "stall_timeout_s",
+        "collective_timeout_s", "env", "load_optimizer", "log_interval", "instruments", "torch_profile_mode"}

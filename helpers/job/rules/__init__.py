@@ -12,7 +12,7 @@ the Python API alike:
                   build; Resolved: the spec, its model, the HF folder and the data source, each read once
   fields.py       fields with choices and limits; the model preset (category job)
   layout.py       the parallel sizes against the model and each other (world, tensor, sequence,
-                  pipeline, experts, context, batch); Layout.validate runs them with builder.layout
+                  pipeline, experts, context, batch); `validate` runs them and builder.layout
   builder.py      what the chosen backend builds (backend)
   precision.py    FP8 on this machine and these shapes (precision)
   schedule.py     the learning-rate schedule (schedule)
@@ -29,10 +29,12 @@ from dataclasses import dataclass
 
 from helpers.errors import InvalidJob
 from helpers.job.models import ModelPreset
-from helpers.job.rules import builder, checkpoint, data, debug, fields, hf, optimizer, precision, recompute, schedule
+from helpers.job.sizes import PlacedSizes
+from helpers.job.rules import (builder, checkpoint, data, debug, fields, hf, layout, optimizer, precision, recompute,
+                               schedule)
 from helpers.job.rules.environment import CPU_ONLY, Environment
 from helpers.job.rules.resolve import Resolved, resolve
-from helpers.job.rules.violation import Violation
+from helpers.job.violation import Violation
 
 __all__ = ["check", "resolve", "Resolved", "Checked", "Environment", "CPU_ONLY", "Violation"]
 
@@ -54,8 +56,6 @@ class Checked:
 def check(resolved: Resolved, env: Environment = CPU_ONLY) -> Checked:
     """Every rule against a resolved job (`resolve(spec, env)`) on this environment. Reads nothing
     resolve read: the model, the HF folder and the data source come from `resolved`."""
-    from helpers.job.layout import Layout  # layout.py imports this package's layout rules
-
     if not isinstance(resolved, Resolved):
         raise TypeError(f"rules.check takes rules.resolve(spec, env), not a {type(resolved).__name__}")
     spec, model = resolved.spec, resolved.model
@@ -63,8 +63,8 @@ def check(resolved: Resolved, env: Environment = CPU_ONLY) -> Checked:
     found += list(resolved.model_problems)
     if model is not None:
         devices = env.cuda_devices if spec.device == "cuda" else None
-        found += Layout.of(spec, backend=spec.backend if spec.backend in ("local", "te") else "local").validate(
-            model, devices)
+        placed = PlacedSizes.of(spec, backend=spec.backend if spec.backend in ("local", "te") else "local")
+        found += layout.validate(placed, model, devices)
         found += builder.job(spec, model, env) + precision.check(spec, model, env)
     found += recompute.check(spec, model, env)
     found += checkpoint.check(spec, model) + data.check(spec, model, resolved.data, resolved.data_error)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from helpers.job.models import ModelPreset
 from helpers.job.rules.environment import Environment
-from helpers.job.rules.violation import Found, Violation
+from helpers.job.violation import Found, Violation
 from helpers.job.sizes import ParallelSizes
 
 # What the worker's layer specs build (helpers/runtime/build.py, layers/specs.py). A preset needing

@@ -6,7 +6,7 @@ from __future__ import annotations
 from helpers.errors import CheckpointError
 from helpers.job import checkpoint_dir
 from helpers.job.models import ModelPreset
-from helpers.job.rules.violation import Found, Violation
+from helpers.job.violation import Found, Violation
 
 
 def check(spec, model: ModelPreset | None) -> list[Violation]:

@@ -15,7 +15,7 @@ from helpers.job import data
 from helpers.job.data import chat, documents, indexed, tokenizers
 from helpers.job.data.pinned import Pinned
 from helpers.job.models import ModelPreset
-from helpers.job.rules.violation import Found, Violation
+from helpers.job.violation import Found, Violation
 
 
 SAMPLE_TOKENS = 1 << 26  # of an indexed dataset, for its largest token id (128 MiB of uint16 ids)

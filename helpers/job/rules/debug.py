@@ -8,7 +8,7 @@ from pathlib import Path
 
 from helpers.errors import CheckpointError
 from helpers.job import checkpoint_dir, faults
-from helpers.job.rules.violation import Found, Violation
+from helpers.job.violation import Found, Violation
 
 
 def check(spec) -> list[Violation]:

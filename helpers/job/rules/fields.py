@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from helpers.job.rules.environment import Environment
-from helpers.job.rules.violation import Found, Violation
+from helpers.job.violation import Found, Violation
 
 
 def check(spec, env: Environment) -> list[Violation]:

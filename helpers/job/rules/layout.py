@@ -5,12 +5,9 @@ experts (EP/ETP), context (CP), batch. What the kit's worker builds is builder.p
 from __future__ import annotations
 
 from helpers.job.models import ModelPreset
-from helpers.job.rules.violation import Found, Violation, divisors
-from helpers.job.sizes import ParallelSizes
-
-# Rules read a Layout (helpers/job/layout.py: ParallelSizes + gpus_per_node + backend). layout.py
-# imports this module, never the reverse, so the annotations name the sizes they read.
-Layout = ParallelSizes
+from helpers.job.rules import builder
+from helpers.job.violation import Found, Violation, divisors
+from helpers.job.sizes import PlacedSizes as Layout  # a Layout's fields (helpers/job/layout.py adds the ranks)
 
 
 # ---- rules -------------------------------------------------------------------------------
@@ -209,6 +206,15 @@ def batch(lay: Layout, model: ModelPreset, devices) -> list[Violation]:
 
 
 RULES = [world, tensor, sequence, pipeline, experts, context, batch]
+
+
+def validate(lay: Layout, model: ModelPreset, devices: int | None = None) -> list[Violation]:
+    """Every constraint `lay` breaks for `model` (empty = valid): these rules and what the backend
+    builds (builder.py). `devices`: accelerators available (None = CPU processes, no limit)."""
+    found = sizes(lay, model, devices)
+    if found:
+        return found  # the other rules divide by these sizes
+    return check(lay, model, devices) + builder.layout(lay, model, devices)
 
 
 def check(lay: Layout, model: ModelPreset, devices: int | None) -> list[Violation]:

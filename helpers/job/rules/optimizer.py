@@ -9,7 +9,7 @@ it on; auto leaves it off there (gloo's collectives run on the cores that comput
 hide them behind)."""
 from __future__ import annotations
 
-from helpers.job.rules.violation import Found, Violation
+from helpers.job.violation import Found, Violation
 
 _DEFAULTS = {"adam_beta1": 0.9, "adam_beta2": 0.999, "adam_eps": 1e-8}  # Megatron's (OptimizerConfig)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from helpers.job.models import ModelPreset
 from helpers.job.rules.environment import Environment
-from helpers.job.rules.violation import Found, Violation
+from helpers.job.violation import Found, Violation
 
 GEMM_MULTIPLE = 16  # torch._scaled_mm: every matrix dimension a multiple of 16
 TE_RECIPES = ("tensorwise", "delayed")  # the kit's names that are also Megatron's fp8_recipe values for TE

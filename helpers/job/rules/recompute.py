@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from helpers.job.models import ModelPreset
 from helpers.job.rules.environment import Environment
-from helpers.job.rules.violation import Found, Violation
+from helpers.job.violation import Found, Violation
 from helpers.job.spec import RECOMPUTE_MODULES, RECOMPUTE_MODULES_DEFAULT
 
 _FULL_FIX = "recompute_method='uniform', recompute_num_layers=1 (every layer recomputed on its own)"

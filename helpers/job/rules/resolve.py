@@ -27,9 +27,10 @@ from helpers.job import checkpoint_dir, data, hf_model, paths
 from helpers.job.data.pinned import Pinned
 from helpers.job.data.tokenizers import has_folder_tokenizer
 from helpers.job.models import ModelPreset
+from helpers.job.spec import attention_of
 from helpers.job.rules import fields
 from helpers.job.rules.environment import Environment
-from helpers.job.rules.violation import Violation
+from helpers.job.violation import Violation
 
 
 def device_of(device: str, env: Environment) -> str:
@@ -43,14 +44,6 @@ def precision_of(precision: str, device: str) -> str:
 
 def backend_of(backend: str, device: str, te_installed: bool) -> str:
     return ("te" if device == "cuda" and te_installed else "local") if backend == "auto" else backend
-
-
-def attention_of(attention: str, backend: str, sinks: bool = False) -> str:
-    """auto: TE's on te; on the local backend the kit's SDPA one, or Megatron's own local attention
-    for a model with attention sinks (GPT-OSS), the one local attention that computes them."""
-    if attention != "auto":
-        return attention
-    return "transformer_engine" if backend == "te" else "megatron_local" if sinks else "sdpa"
 
 
 def tokenizer_of(tokenizer: str, hf_model: str | None) -> str:
@@ -119,7 +112,7 @@ class Resolved:
 def settle(spec, seed_path: str | None = None, folders: dict | None = None) -> Resolved:
     """What a spec with its autos decided implies, each read once: the HF folder (config.json and
     the safetensors headers), the model, the data source (resolved, every file hashed, its path
-    written into the spec) and KIT_SEED_CHECKPOINT in spec.env. What does not resolve is kept for
+    written into the spec) and the seed checkpoint (seed_checkpoint_dir). What does not resolve is kept for
     the rules to report with every other problem."""
     folder = ((folders or {}).get(spec.hf_model) or hf_model.read(spec.hf_model)) if spec.hf_model else None
     model, model_problems = fields.model_of(spec, folder)
@@ -133,5 +126,5 @@ def settle(spec, seed_path: str | None = None, folders: dict | None = None) -> R
         error = e
     if spec.seed_checkpoint and model is not None:
         seed = seed_path or str(checkpoint_dir.seed_path(spec, model))
-        spec = dataclasses.replace(spec, env={**spec.env, "KIT_SEED_CHECKPOINT": seed})
+        spec = dataclasses.replace(spec, seed_checkpoint_dir=seed)
     return Resolved(spec, model, pinned, folder, tuple(model_problems), error)

@@ -2,7 +2,7 @@
 asserts where these rules name the problem first). Category "schedule"."""
 from __future__ import annotations
 
-from helpers.job.rules.violation import Found, Violation
+from helpers.job.violation import Found, Violation
 
 
 def check(spec) -> list[Violation]:

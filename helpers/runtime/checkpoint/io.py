@@ -17,6 +17,7 @@ import random
 import shutil
 from io import BytesIO
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -26,6 +27,9 @@ from megatron.core.utils import unwrap_model
 from helpers.job import checkpoint_dir
 from helpers.rundir.writer import write_json
 from helpers.runtime.compat import megatron_0_19
+
+if TYPE_CHECKING:
+    from helpers.runtime.worker import Rank, Trainee
 
 MARKER = checkpoint_dir.SEED_MARKER  # written last: a folder without it is an interrupted save
 KIT_RNG = "kit.rng_state"  # every rank's generators (Megatron-LM's own `rng_state` holds DP rank 0's per (PP, TP))
@@ -140,20 +144,20 @@ def _state_dict(model: list, opt, spec, with_optimizer: bool, is_loading: bool, 
     return state
 
 
-def _megatron_common_state(worker, iteration: int, scheduler_state: dict | None) -> tuple[dict, dict]:
+def _megatron_common_state(rank: Rank, model_desc, iteration: int, scheduler_state: dict | None) -> tuple[dict, dict]:
     """What Megatron-LM keeps in a checkpoint's common state besides the tensors (megatron_args.py),
     and the kit record's note on its `args`."""
     from helpers.rundir import names
     from helpers.runtime.checkpoint import megatron_args
 
-    spec = worker.spec
-    args = megatron_args.parsed(Path(worker.run_dir) / names.MEGATRON_LM_SCRIPT, spec.world_size)
-    state = megatron_args.common_state(args, spec, worker.model_desc, iteration, scheduler_state,
-                                       on_gpu=worker.device.type == "cuda")
+    spec = rank.spec
+    args = megatron_args.parsed(Path(rank.run_dir) / names.MEGATRON_LM_SCRIPT, spec.world_size)
+    state = megatron_args.common_state(args, spec, model_desc, iteration, scheduler_state,
+                                       on_gpu=rank.device.type == "cuda")
     return state, megatron_args.saved_args_summary(args)
 
 
-def _bridge_files(worker, root: Path, iteration: int) -> dict[str, bytes]:
+def _bridge_files(rank: Rank, trainee: Trainee, root: Path, iteration: int) -> dict[str, bytes]:
     """run_config.yaml and train_state.pt as Megatron-Bridge writes them (bridge_files.py), with
     the tokenizer megatron-lm.sh names (the run's megatron.json read by megatron_lm.py's rule)."""
     import json
@@ -164,8 +168,8 @@ def _bridge_files(worker, root: Path, iteration: int) -> dict[str, bytes]:
     from helpers.runtime import build
     from helpers.runtime.checkpoint import bridge_files
 
-    spec, model, config = worker.spec, worker.model_desc, worker.config
-    calls = json.loads((Path(worker.run_dir) / names.MEGATRON).read_text())
+    spec, model, config = rank.spec, trainee.model_desc, trainee.config
+    calls = json.loads((Path(rank.run_dir) / names.MEGATRON).read_text())
     tokenizer = megatron_lm.tokenizer_arguments(calls, spec)[0]
     run = bridge_files.run_config(spec, config, model, build.gpt_model_options(config, model, spec.seq_len),
                                   build.optimizer_config(config, spec), build.ddp_config(spec), root, tokenizer)
@@ -181,31 +185,32 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def save(worker, root: Path, iteration: int, extra: dict, scheduler_state: dict | None = None) -> Path:
-    """Save the worker's model chunks and optimizer as a training checkpoint (collective: every rank
+def save(rank: Rank, trainee: Trainee, root: Path, iteration: int, extra: dict,
+         scheduler_state: dict | None = None) -> Path:
+    """Save the trainee's model chunks and optimizer as a training checkpoint (collective: every rank
     calls), laid out as Megatron-LM and Megatron-Bridge save theirs (helpers/job/checkpoint_dir.py),
     with what Megatron-LM's resume reads (megatron_args.py; `scheduler_state`: the learning-rate
     scheduler's state_dict()).
     The trackers move to it only after every rank has finished writing, so a crash mid-save leaves
     the previous checkpoint current."""
-    model, opt, spec, model_desc, beat = worker.model, worker.opt, worker.spec, worker.model_desc, worker.beat
+    model, opt, spec, model_desc, beat = trainee.model, trainee.optimizer, rank.spec, trainee.model_desc, rank.beat
 
-    rank = dist.get_rank()
+    global_rank = dist.get_rank()
     root = Path(root)
     path = root / checkpoint_dir.iter_name(iteration)
     beat(f"checkpoint save: preparing {path.name}", iteration)
-    if rank == 0:
+    if global_rank == 0:
         if path.exists() and checkpoint_dir.latest(root) != path:  # left by a save that crashed
             shutil.rmtree(path)
         path.mkdir(parents=True, exist_ok=True)
     dist.barrier()
     path.mkdir(parents=True, exist_ok=True)  # node-local save_dir: each node needs its own folder
-    _midway("save", iteration, rank)
+    _midway("save", iteration, global_rank)
     beat(f"checkpoint save: writing {path.name}", iteration)
-    common, args_note = _megatron_common_state(worker, iteration, scheduler_state)
+    common, args_note = _megatron_common_state(rank, model_desc, iteration, scheduler_state)
     state = _state_dict(model, opt, spec, with_optimizer=True, is_loading=False)
     state.update(common)
-    state[KIT_RNG] = _rng_object(rank, dist.get_world_size(), _rng_state())
+    state[KIT_RNG] = _rng_object(global_rank, dist.get_world_size(), _rng_state())
     # verify_integrity: rank 0 writes integrity.json (SHA-256 of every file) after all ranks wrote.
     # content_metadata: how the optimizer state is laid out, which Megatron-LM's and Bridge's loaders
     # read back (load_content_metadata) before they ask for it.
@@ -220,8 +225,8 @@ def save(worker, root: Path, iteration: int, extra: dict, scheduler_state: dict 
         if int(os.environ.get("LOCAL_RANK", 0)) == 0:
             checkpoint_dir.node_manifest(path, int(os.environ.get("GROUP_RANK", 0)))
         dist.barrier()
-    if rank == 0:
-        bridge = _bridge_files(worker, root, iteration)  # Megatron-Bridge's: name -> bytes
+    if global_rank == 0:
+        bridge = _bridge_files(rank, trainee, root, iteration)  # Megatron-Bridge's: name -> bytes
         write_json(path / checkpoint_dir.KIT_FILE, {
             "iteration": iteration, "layout": spec.layout_record(), "model": model_desc.to_dict(),
             "optimizer": "distributed" if spec.dist_opt else "local",
@@ -273,13 +278,12 @@ def _what_megatron_saved(info: dict, common: dict, spec, model_desc) -> dict:
     return info
 
 
-def load(worker, path: Path, load_optimizer: bool = True) -> dict:
-    """Load a training checkpoint into the worker's model (and, with `load_optimizer`, its optimizer)
-    in this layout (collective). Returns its record (the kit's, or one made from the common state of
-    a checkpoint Megatron-LM or Bridge wrote), with the scheduler state it saved. Resharding
-    (TP/PP/VPP/EP/DP changes) is dist_checkpointing's: each rank asks for its slices."""
-    model, opt, spec, model_desc, beat = worker.model, worker.opt, worker.spec, worker.model_desc, worker.beat
-
+def load(path: Path, model: list, spec, model_desc, beat, optimizer=None) -> dict:
+    """Load a training checkpoint into `model`'s chunks (and, given an `optimizer`, its state too) in
+    this layout (collective); `model_desc` is the job's model the checkpoint must hold, `beat` the
+    heartbeat told of progress. Returns its record (the kit's, or one made from the
+    common state of a checkpoint Megatron-LM or Bridge wrote), with the scheduler state it saved.
+    Resharding (TP/PP/VPP/EP/DP changes) is dist_checkpointing's: each rank asks for its slices."""
     info = checkpoint_dir.verify(path, model_desc.to_dict())
     ckpt = Path(info["path"])
     common = dist_checkpointing.load_common_state_dict(str(ckpt))
@@ -288,10 +292,10 @@ def load(worker, path: Path, load_optimizer: bool = True) -> dict:
     rank = dist.get_rank()
     _midway("load", info["iteration"], rank)
     beat(f"checkpoint load: reading {ckpt.name}", info["iteration"])
-    with_opt = load_optimizer and opt is not None
+    with_opt = optimizer is not None
     checkpoint_dir.check_optimizer(info, spec.dist_opt, with_opt)
     same_layout = info["layout"] == spec.layout_record()
-    request = _state_dict(model, opt, spec, with_optimizer=with_opt, is_loading=True,
+    request = _state_dict(model, optimizer, spec, with_optimizer=with_opt, is_loading=True,
                           saved_metadata=dist_checkpointing.load_content_metadata(preloaded_state_dict=common))
     if same_layout:
         request[KIT_RNG] = _rng_object(rank, dist.get_world_size(), None)
@@ -302,8 +306,8 @@ def load(worker, path: Path, load_optimizer: bool = True) -> dict:
         # no_grad: the distributed optimizer's dp_reshardable format (Megatron-LM's default) copies into
         # its main parameters in place; in fp32 those are the model's own leaf parameters
         with megatron_0_19.keep_torch_adam_step(), torch.no_grad():
-            opt.load_state_dict(state["optimizer"])
-        megatron_0_19.unshare_adam_steps(opt)
+            optimizer.load_state_dict(state["optimizer"])
+        megatron_0_19.unshare_adam_steps(optimizer)
     if same_layout:
         _set_rng_state(state[KIT_RNG])
     beat(f"checkpoint loaded: {ckpt.name}", info["iteration"])

@@ -4,6 +4,11 @@ Megatron-Core assumes CUDA in a few dozen places (`device="cuda"` literals, `.cu
 RNG tracker, streams and events, CUDA type strings, CUDA-only helpers). On CPU this module
 redirects each of them to its CPU equivalent. It is activated only for CPU jobs, before the
 model is built, and changes nothing on GPU. Every patch is one idea, explained in one line.
+
+The patches last for the life of the process that activates them, so only a rank process (train.py,
+user_script.py: the children torchrun starts) ever does; the notebook's and the launcher's processes
+never import this module (tests/unit/test_from_megatron.py checks that reading a recipe leaves torch
+and Bridge as they were).
 """
 from __future__ import annotations
 

@@ -7,9 +7,14 @@ Samples are addressed by iteration: iteration i of a split takes samples [i * gl
 sample never depends on TP/PP/CP/EP, so every layout sees the same global batch in the same order."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from helpers.runtime.data import synthetic
+
+if TYPE_CHECKING:
+    from helpers.runtime.worker import Rank, Trainee
 
 
 def microbatches(dataset, iteration: int, spec, dp_rank: int):
@@ -22,13 +27,13 @@ def microbatches(dataset, iteration: int, spec, dp_rank: int):
                for k in ("tokens", "labels", "loss_mask", "position_ids")}
 
 
-def for_chunks(worker, split: str, iteration: int) -> list:
+def for_chunks(rank: Rank, trainee: Trainee, splits: dict | None, split: str, iteration: int) -> list:
     """One iterator per model chunk (the interleaved schedule asks each chunk for its own) over
-    this DP rank's microbatches of `iteration`: the split of the job's real data, or the synthetic
-    source (worker: runtime/worker.py)."""
-    spec = worker.spec
-    if worker.splits is None:
+    this DP rank's microbatches of `iteration`: the split of the job's real data (`splits`: its
+    Megatron datasets by split), or the synthetic source (`splits` None)."""
+    spec = rank.spec
+    if splits is None:
         return [iter(synthetic.microbatches(spec.seed, iteration, spec.global_batch_size, spec.micro_batch, spec.dp,
-                                            worker.dp_rank, spec.seq_len, worker.model_desc.vocab_size))
-                for _ in worker.model]
-    return [iter(microbatches(worker.splits[split], iteration, spec, worker.dp_rank)) for _ in worker.model]
+                                            rank.dp_rank, spec.seq_len, trainee.model_desc.vocab_size))
+                for _ in trainee.model]
+    return [iter(microbatches(splits[split], iteration, spec, rank.dp_rank)) for _ in trainee.model]

@@ -44,7 +44,7 @@ from helpers.job.data.pinned import Pinned
 from helpers.job.data.source import Source
 from helpers.job.spec import JobSpec
 from helpers.rundir import names, prepared
-from helpers.runtime.measure.gather import node_label
+from helpers.runtime.data.node import node_label
 
 FORMAT = 2  # bump when tokenization or the on-disk layout changes (a new cache key)
 SPLITS = documents.SPLITS

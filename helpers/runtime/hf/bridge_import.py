@@ -41,7 +41,7 @@ def auto_bridge(architectures=(), core_only: bool = False):
     """AutoBridge, with the bridge of every architecture in `architectures` registered (all of
     Bridge's when one has no registering module or none is given). `core_only`: AutoBridge with no
     model bridge registered yet (the packages entered bare): what every rank of an HF job needs
-    first, imported once per job before its ranks are forked (runtime/hf/rank_imports.py); a
+    first, imported once per job before its ranks are forked (runtime/rank_imports_hf.py); a
     later call with the job's architectures adds their bridges."""
     if core_only:
         return _bare_auto_bridge()

@@ -221,10 +221,7 @@ def check_layout(spec: JobSpec, built: tuple, reference: Reference, ids: torch.T
     chunks = [chunk.to(device) for chunk in build.model_chunks(config, model, spec)]
     hf_weights.load(bridge, chunks)
     if spec.load_dir:  # resharded into this layout by dist_checkpointing
-        from helpers.runtime.worker import Worker
-        layout = Worker(spec, Path(), dist.get_rank(), beat=lambda *a: None, device=device,
-                        model_desc=model, hf=hf, config=config, model=chunks)
-        checkpoint_io.load(layout, spec.load_paths()[0], load_optimizer=False)
+        checkpoint_io.load(spec.load_paths()[0], chunks, spec, model, beat=lambda *a: None)
     logits = megatron_logits(chunks, ids.to(device), spec)
     diff = torch.zeros(3, dtype=torch.float64, device=device)  # on the device: NCCL reduces no CPU tensors
     if logits is not None:

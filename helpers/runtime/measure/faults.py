@@ -7,7 +7,8 @@ enters through a hook, and a job without faults installs none:
                                  that iteration (NaN hidden states reach the loss through every later stage)
   *_during_save, *_during_load   a callback in helpers/runtime/checkpoint/io.py's MIDWAY list
 
-    worker.faults = faults.install(worker)   # after DDP and the optimizer, before resuming"""
+    injected = install(spec, global_rank, model)   # train.run: after DDP and the optimizer, before
+                                                   # resuming; the Observer is handed `injected`"""
 from __future__ import annotations
 
 import os
@@ -49,15 +50,15 @@ class Injected:
                 fail(fault, fault.kind.partition("_during_")[0], rank)
 
 
-def install(worker) -> Injected | None:
-    """The hooks for this rank's faults (None: no fault names this rank)."""
-    mine = [f for f in map(faults.parse, worker.spec.faults) if f.rank in (None, worker.rank)]
+def install(spec, global_rank: int, model: list) -> Injected | None:
+    """The hooks for this rank's faults, on its DDP-wrapped `model` chunks (None: no fault names this rank)."""
+    mine = [f for f in map(faults.parse, spec.faults) if f.rank in (None, global_rank)]
     if not mine:
         return None
-    injected = Injected(mine, worker.rank)
+    injected = Injected(mine, global_rank)
     checkpoint_io.MIDWAY.append(injected.midway)
     if any(f.kind == "nan" for f in mine):
-        worker.model[0].register_forward_hook(injected.nan_output)
+        model[0].register_forward_hook(injected.nan_output)
     return injected
 
 

@@ -53,14 +53,6 @@ def write_groups(run_dir: Path) -> None:
         write_json(Path(run_dir) / names.GROUPS, {str(r): g for r, g in enumerate(groups)})
 
 
-def node_label() -> tuple[str | None, str]:
-    """(KIT_NODE_NAME or None, the label reports show): simulated nodes share a host name, so the
-    multi-node simulation names each node; on real nodes the host name is the label."""
-    name = os.environ.get("KIT_NODE_NAME")
-    host = socket.gethostname()
-    return name, f"{name} on {host}" if name else host
-
-
 def host_facts(device: torch.device) -> dict:
     facts = {"host": socket.gethostname(), "pid": os.getpid(), "device": str(device)}
     if device.type == "cuda":

@@ -97,15 +97,17 @@ def module_tree(model: list) -> list[dict]:
     return rows
 
 
-def record(worker) -> dict:
-    """Rank 0's record of the job's calls (not the module trees, which every rank adds)."""
+def record(spec, trainee, prepared) -> dict:
+    """Rank 0's record of the job's calls (not the module trees, which every rank adds): the
+    trainee's config, chunks, DDP and optimizer (runtime/worker.py), and the real data prepared on
+    this node (data/indexed.Prepared; None: synthetic)."""
     from megatron.core.pipeline_parallel import get_forward_backward_func
     from megatron.core.utils import unwrap_model
 
-    model, opt = worker.model, worker.opt
-    return calls_record(worker.spec, worker.config, [model_record(inner) for inner in unwrap_model(model)],
+    model, opt = trainee.model, trainee.optimizer
+    return calls_record(spec, trainee.config, [model_record(inner) for inner in unwrap_model(model)],
                         model[0].ddp_config, getattr(opt, "config", None), get_forward_backward_func().__name__,
-                        data_record(worker.spec, worker.data))
+                        data_record(spec, prepared))
 
 
 def calls_record(spec, config, chunks: list[dict], ddp_config, optimizer_config, schedule: str, data: dict) -> dict:

@@ -1,8 +1,8 @@
 """Observer: everything the kit records around Megatron's training loop, owned by one object so
 that the loop itself (helpers/runtime/train.py) reads like Megatron's. It calls four methods:
 
-    observer = Observer(worker, start)    # process groups, report card, instruments installed
-    observer.begin(iteration)              # stamps, heartbeat, injected faults (worker.faults)
+    observer = Observer(rank, trainee, data, faults, start)  # process groups, report card, instruments
+    observer.begin(iteration)              # stamps, heartbeat, injected faults (`faults`)
     loss = observer.loss(losses)           # logged iterations: the global-batch loss (else None)
     observer.end(ok, grad_norm)            # NaN guard; logged iterations: metrics.jsonl line, TensorBoard
     observer.finish(validation_records)    # comm/timeline/moe files, device peaks, the card's last checks
@@ -12,6 +12,8 @@ What it owns: the report card (report_card.py), metrics.jsonl and its TensorBoar
 (`instruments`: comm log and timeline, instruments.py; the MoE router log, moe_stats.py), captured
 GEMM operands (`capture_tensors_at`, linear_tensors.py), the profiler window (`torch_profile`,
 torch_profile.py) and the faults' iteration hook (`faults`, faults.py, installed by train.run).
+It is given the rank (worker.py's Rank), the model it watches (the Trainee), the real data prepared
+on this node (data/indexed.Prepared; None: synthetic) and this rank's injected faults (None: none).
 None of it changes what Megatron computes.
 
 What every iteration costs: a few host-side notes (the heartbeat is written by its own thread, at
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import TYPE_CHECKING
 
 from helpers.rundir import names, writer
 from helpers.runtime.measure import (
@@ -40,33 +43,38 @@ from helpers.runtime.measure.report_card import Report
 from helpers.runtime.measure.torch_profile import ProfileWindow
 from helpers.runtime.step import global_loss
 
+if TYPE_CHECKING:
+    from helpers.runtime.data.indexed import Prepared
+    from helpers.runtime.measure.faults import Injected
+    from helpers.runtime.worker import Rank, Trainee
+
 
 class Observer:
-    def __init__(self, worker, start: int):
-        self.worker, self.start = worker, start
-        spec, rank = worker.spec, worker.rank
-        worker.beat("recording process groups")
-        gather.write_groups(worker.run_dir)
-        self.card = Report(worker.run_dir, spec)  # report.json: the smoke-test contract
-        self.card.groups(), self.card.model(worker.model, worker.model_desc.name), self.card.data(worker.data)
-        self.host = gather.gather_to_rank0(gather.host_facts(worker.device))
-        trees = gather.gather_to_rank0(megatron_calls.module_tree(worker.model))  # megatron.json: what was asked
-        if rank == 0:
-            megatron_calls.write(worker.run_dir / names.MEGATRON, megatron_calls.record(worker), trees)
-        self.metrics = writer.Metrics(worker.run_dir, enabled=rank == 0)
-        self.tensorboard = tensorboard.TensorBoard(worker.run_dir, enabled=rank == 0 and spec.tensorboard == "on")
+    def __init__(self, rank: Rank, trainee: Trainee, data: Prepared | None, faults: Injected | None, start: int):
+        self.rank, self.trainee, self.faults, self.start = rank, trainee, faults, start
+        spec, model, global_rank = rank.spec, trainee.model, rank.global_rank
+        rank.beat("recording process groups")
+        gather.write_groups(rank.run_dir)
+        self.card = Report(rank.run_dir, spec)  # report.json: the smoke-test contract
+        self.card.groups(), self.card.model(model, trainee.model_desc.name), self.card.data(data)
+        self.host = gather.gather_to_rank0(gather.host_facts(rank.device))
+        trees = gather.gather_to_rank0(megatron_calls.module_tree(model))  # megatron.json: what was asked
+        if global_rank == 0:
+            megatron_calls.write(rank.run_dir / names.MEGATRON, megatron_calls.record(spec, trainee, data), trees)
+        self.metrics = writer.Metrics(rank.run_dir, enabled=global_rank == 0)
+        self.tensorboard = tensorboard.TensorBoard(rank.run_dir, enabled=global_rank == 0 and spec.tensorboard == "on")
         recording = spec.instruments == "on"
-        self.instruments = instruments.Instruments(worker.model, worker.device, recording)  # comm, timeline
-        self.routers = moe_stats.RouterLog(worker.model, recording)  # moe.jsonl (MoE models)
-        self.captured = linear_tensors.install(worker.model, rank, spec.capture_tensors_at)  # lesson 17
-        self.profile = ProfileWindow(spec, rank)  # benchmarks
+        self.instruments = instruments.Instruments(model, rank.device, recording)  # comm, timeline
+        self.routers = moe_stats.RouterLog(model, recording)  # moe.jsonl (MoE models)
+        self.captured = linear_tensors.install(model, global_rank, spec.capture_tensors_at)  # lesson 17
+        self.profile = ProfileWindow(spec, global_rank)  # benchmarks
         self.tokens_per_iteration = spec.global_batch_size * spec.seq_len
         self.iteration, self.times, self.loss_value = start, {}, None
         self.interval: list[float] = []  # host seconds of each iteration since the last logged one
 
     def logged(self, iteration: int) -> bool:
         """Every log_interval-th iteration (Megatron-LM's --log-interval) and the last one."""
-        spec = self.worker.spec
+        spec = self.rank.spec
         return iteration % spec.log_interval == 0 or iteration == spec.iters
 
     def begin(self, iteration: int) -> None:
@@ -74,9 +82,9 @@ class Observer:
         self.iteration = iteration
         self.profile.before(iteration - 1)
         self.times = {"start": time.perf_counter()}
-        if self.worker.faults:
-            self.worker.faults.begin(iteration)
-        self.worker.beat("forward/backward", iteration)
+        if self.faults:
+            self.faults.begin(iteration)
+        self.rank.beat("forward/backward", iteration)
         self.instruments.begin(iteration)
         self.routers.begin(iteration)
         if self.captured:
@@ -87,7 +95,7 @@ class Observer:
         """After Megatron's forward/backward schedule. On a logged iteration: the global-batch mean
         loss, recorded on the card; a NaN stops the job. None on the others."""
         self.loss_value = self._global_loss(losses) if self.logged(self.iteration) else None
-        self.worker.beat("optimizer step", self.iteration)
+        self.rank.beat("optimizer step", self.iteration)
         self.instruments.phase("optimizer")
         return self.loss_value
 
@@ -96,7 +104,7 @@ class Observer:
         iteration's one wait for the device (.item)."""
         self.times["issued"] = time.perf_counter()  # every microbatch is queued (on a GPU nothing waited yet)
         with self.instruments.paused():
-            loss = global_loss(losses, self.worker.spec, self.worker.device)
+            loss = global_loss(losses, self.rank.spec, self.rank.device)
         self.times["drained"] = time.perf_counter()
         self.card.loss(self.iteration, loss)
         if not math.isfinite(loss):
@@ -106,11 +114,12 @@ class Observer:
     def end(self, ok: bool, grad_norm) -> None:
         """After the optimizer step (before the learning-rate scheduler moves on: the line records
         the lr this step used)."""
-        worker, it = self.worker, self.iteration
+        it = self.iteration
         self.interval.append(time.perf_counter() - self.times["start"])
         self.instruments.end()
         self.routers.end()
-        self.card.step(it, ok, grad_norm, worker.model, check_replicas=it - 1 in (self.start, worker.spec.iters - 1))
+        last = self.rank.spec.iters - 1
+        self.card.step(it, ok, grad_norm, self.trainee.model, check_replicas=it - 1 in (self.start, last))
         if grad_norm is not None and not math.isfinite(grad_norm):  # a NaN between logged losses
             stop(f"grad norm is {grad_norm} at iteration {it}")
         if it - 1 == self.start:
@@ -120,51 +129,50 @@ class Observer:
         if self._card_due(it):
             self.card.write()
         self.profile.after(it - 1)
-        worker.beat("iteration done", it)
+        self.rank.beat("iteration done", it)
 
     def _log(self, ok: bool, grad_norm) -> None:
         """metrics.jsonl's line (and TensorBoard's points) for a logged iteration."""
-        worker, t = self.worker, self.times
+        t = self.times
         step = sum(self.interval) / len(self.interval)
         self.interval = []
         record = {"iteration": self.iteration, "time": time.time(), "loss": self.loss_value,
-                  "grad_norm": float(grad_norm or 0.0), "lr": float(worker.opt.param_groups[0]["lr"]),
+                  "grad_norm": float(grad_norm or 0.0), "lr": float(self.trainee.optimizer.param_groups[0]["lr"]),
                   "skipped": not ok, "step_time_s": step, "tokens_per_s": self.tokens_per_iteration / step,
                   # host-bound or device-bound: how long the host took to queue the forward/backward
                   # passes, and how long it then waited for the device to finish them (~0: host-bound)
                   "fwd_bwd_issue_s": t["issued"] - t["queueing"], "fwd_bwd_drain_s": t["drained"] - t["issued"],
-                  **memory_stats.device_memory(worker.device)}
+                  **memory_stats.device_memory(self.rank.device)}
         self.metrics.write(record)
         self.tensorboard.iteration(record)
 
     def _write_ranks(self) -> None:
         """ranks.json: what each rank holds, after the first step allocated it all (collective)."""
-        worker = self.worker
-        static = gather.gather_to_rank0({**memory_stats.static_memory(worker.model, worker.opt),
+        static = gather.gather_to_rank0({**memory_stats.static_memory(self.trainee.model, self.trainee.optimizer),
                                          **self.instruments.rank_facts()})
-        if worker.rank == 0:
-            writer.write_json(worker.run_dir / names.RANKS,
+        if self.rank.global_rank == 0:
+            writer.write_json(self.rank.run_dir / names.RANKS,
                               {str(r): {**self.host[r], **static[r]} for r in range(len(static))})
 
     def _card_due(self, it: int) -> bool:
         """The iterations after which report.json is written: the first and the last, and those
         that save a checkpoint or validate."""
-        spec = self.worker.spec
+        spec = self.rank.spec
         saves = bool(spec.save_interval) and it % spec.save_interval == 0
         validates = spec.data != "synthetic" and bool(spec.eval_interval) and it % spec.eval_interval == 0
         return it in (self.start + 1, spec.iters) or saves or validates
 
     def finish(self, validation_records: list[dict]) -> None:
         """After the loop (collectives: every rank calls it)."""
-        worker = self.worker
-        memory_stats.write_device_peaks(worker.run_dir, worker.device)  # every rank's peak (metrics.jsonl: rank 0's)
-        self.instruments.finish(worker.run_dir)
-        self.routers.finish(worker.run_dir)
+        run_dir = self.rank.run_dir
+        memory_stats.write_device_peaks(run_dir, self.rank.device)  # every rank's peak (metrics.jsonl: rank 0's)
+        self.instruments.finish(run_dir)
+        self.routers.finish(run_dir)
         if self.captured:
-            self.captured.write(worker.run_dir)
+            self.captured.write(run_dir)
         self.card.evaluation(validation_records)
         self.tensorboard.evaluation(validation_records)
-        self.card.checkpoint(worker)
+        self.card.checkpoint(self.rank, self.trainee)
 
 
 def stop(what: str) -> None:

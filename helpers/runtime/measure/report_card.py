@@ -278,20 +278,20 @@ class Report:
             self._set("no_nan_no_skip", "pass", {"iterations": norms.count, "grad_norms_finite": True,
                                                  "skipped_steps": 0, "logged_loss": self.losses.evidence()})
 
-    def checkpoint(self, worker) -> None:
+    def checkpoint(self, rank, trainee) -> None:
         """Collective. The latest checkpoint of this run: verified against the kit's layout record
         and Megatron's integrity file, one torch_dist shard file per rank; then the live parameters
         are zeroed and the checkpoint loaded back: they must come back bit-identical (the save
         happened after the last step)."""
-        spec, model = worker.spec, worker.model
+        spec, model = rank.spec, trainee.model
         if not getattr(spec, "save_interval", None):
             return
         try:
-            root = save_root(worker)
+            root = save_root(rank)
             latest = checkpoint_dir.latest(root)
             if latest is None:
                 raise FileNotFoundError(f"no `{checkpoint_dir.TRACKER}` under {root}")
-            info = checkpoint_dir.verify(latest, worker.model_desc.to_dict())
+            info = checkpoint_dir.verify(latest, trainee.model_desc.to_dict())
             before = param_checksums(model)
             with torch.no_grad():
                 for chunk in model:
@@ -300,7 +300,7 @@ class Report:
             # Model only: loading optimizer state into a distributed optimizer that has already
             # stepped fails inside Megatron 0.19 (KeyError 'step' in _set_main_param_and_optimizer_states);
             # a fresh job resuming from it (tests/jobs/test_checkpoint.py) is where the optimizer is checked.
-            checkpoint_io.load(worker, latest, load_optimizer=False)
+            checkpoint_io.load(latest, model, spec, trainee.model_desc, rank.beat)
             after = param_checksums(model)
             same = _all_gather(before == after)
             files = sorted(p.name for p in Path(latest).iterdir())
