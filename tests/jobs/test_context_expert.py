@@ -27,7 +27,9 @@ def _assert_matches(run, ref):
     assert abs(a - b) / b <= RTOL, (a, b)
 
 
-@pytest.mark.parametrize("layout", [dict(cp=2), dict(cp=2, ep=2)], ids=["cp2-moe", "cp2-ep2"])
+# CP=2 with the experts on both ranks as well is the same CP loss scaling (and lesson 09 runs CP=2
+# beside EP=4 on 16 ranks)
+@pytest.mark.parametrize("layout", [dict(cp=2, ep=2)], ids=["cp2-ep2"])
 def test_context_parallel_with_experts_matches_one_process(layout, reference, runs):
     run = launch.run(**runs, **JOB, **layout)
     _assert_matches(run, reference)

@@ -11,8 +11,9 @@ tests/hf_families.py (`Checked.parity`, `Checked.trained`).
   refused before start by a named rule or, in one single-process job, gives transformers' logits;
   none fails inside the worker;
 * GLM-4.7-Flash without q-LoRA, as a new user would save it, trains with transformers' loss;
-* each family whose record names a training layout (the one that exercises what it adds to the
-  kit's builder) trains 5 iterations there with the losses of one process; Gemma 3 also at CP=2;
+* each family whose record names a training layout (where training does more than the parity
+  job's one backward: tests/hf_families.py says which and why) trains 5 iterations there with the
+  losses of one process; Gemma 3 also at CP=2;
 * MLA (DeepSeek-V2 with q-LoRA, all layers dense) trains 5 iterations at TP=2 without SP and at
   CP=2 with the losses of one process; the K-RoPE gradient fix (helpers/runtime/layers/mla.py) is what
   makes TP=2 agree;

@@ -126,13 +126,6 @@ def test_unknown_model_is_rejected(runs):
         launch.run(**runs, model="nope")
 
 
-def test_manifest_repeats_the_run_exactly(reference, tmp_path):
-    from helpers.launch.cli import parser, spec_from_args
-    spec = spec_from_args(parser().parse_args(["--from-manifest", str(reference.path / "manifest.json")]))
-    again = launch.run(spec, progress=False, out=str(tmp_path))
-    assert again.losses == reference.losses
-
-
 def test_a_learners_script_that_fails_is_reported_with_its_last_lines(tmp_path):
     """launch.run_script: a rank's exception reaches the caller as ScriptFailed with the script's
     own message, not a torchrun traceback to dig through."""

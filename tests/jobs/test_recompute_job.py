@@ -1,8 +1,8 @@
 """Full activation recompute in a real CPU job: tiny-gpt with recompute_granularity="full" (uniform, one
 layer per recomputed unit) trains what the same job without recompute trains, saves for the backward
-what its memory plan says, and the run's megatron-lm.sh carries the recompute flags through
-Megatron-LM's own parse_args + validate_args.
-Rules, flags, recipe and planner without processes: tests/unit/test_recompute.py."""
+what its memory plan says.
+Rules, flags (through Megatron-LM's own parse_args + validate_args), recipe and planner without
+processes: tests/unit/test_recompute.py."""
 import math
 
 import pytest
@@ -54,15 +54,3 @@ def test_it_saves_what_the_memory_plan_of_its_fields_says(runs):
         assert abs(planned / measured - 1) <= 0.05, (run.spec.recompute_granularity, planned, measured)
         saved[run.spec.recompute_granularity] = measured
     assert saved["full"] < saved[None] / 4, saved
-
-
-def test_its_megatron_lm_script_passes_megatron_lms_parser_with_the_recompute_flags(runs):
-    from helpers.rundir import megatron_lm_check, names
-
-    _, recomputed = runs
-    script = recomputed.path / names.MEGATRON_LM_SCRIPT
-    for flag in ("--recompute-granularity full", "--recompute-method uniform", "--recompute-num-layers 1"):
-        assert flag in script.read_text(), flag
-    args = megatron_lm_check.check_megatron_lm_command(script, recomputed.spec.world_size)
-    assert (args.recompute_granularity, args.recompute_method, args.recompute_num_layers) == \
-        ("full", "uniform", 1)
