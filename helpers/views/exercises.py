@@ -10,7 +10,12 @@ wrong one.
 
 In a notebook each verdict is one output with two forms: the sentence a learner reads
 (text/plain) and a record for the test suite (VERDICT_MIME: the check's name and its verdict),
-which no front end draws. Outside IPython the sentence is printed."""
+which no front end draws. Outside IPython the sentence is printed.
+
+No answer shows before an attempt: what would give an answer away (a flag, a rank, a formula, a
+table) is printed after its check, under `shown(...)` or by `reveal(...)`: once the check passed, or
+when the learner asked for it with the lesson's `show_answers` parameter
+(tests/unit/test_exercise_order.py looks for each answer in every cell before its check)."""
 from __future__ import annotations
 
 import sys
@@ -36,6 +41,37 @@ def verdicts(notebook) -> list[tuple[int, str, str]]:
     return [(i, o["data"][VERDICT_MIME]["exercise"], o["data"][VERDICT_MIME]["verdict"])
             for i, cell in enumerate(notebook.cells) for o in cell.get("outputs", [])
             if VERDICT_MIME in o.get("data", {})]
+
+
+def shown(exercise: str, passed: bool, show_answers=False) -> bool:
+    """Whether the answer of `exercise` (the parameter a learner writes it into) may be shown now: its
+    check passed, or the learner asked for it (`show_answers`, a parameter of the lesson: True for
+    every exercise of the lesson, or the names of some). Otherwise says how to see it and returns
+    False, so that a cell prints an answer, or anything that gives it away, under `if shown(...)`."""
+    if isinstance(show_answers, str):
+        show_answers = [show_answers]
+    if passed or show_answers is True or (show_answers and exercise in show_answers):
+        return True
+    print(f"{exercise}: the answer and what follows from it show here once your answer is right, or when you "
+          f'ask for it: show_answers = ["{exercise}"] (or True) in the parameters cell, then run again')
+    return False
+
+
+def reveal(exercise: str, passed: bool, show_answers, markdown: str) -> bool:
+    """`markdown`, the answer of `exercise` and why, shown when `shown` says it may be (as Markdown in
+    a notebook, printed elsewhere); returns whether it was."""
+    if not shown(exercise, passed, show_answers):
+        return False
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+        if get_ipython() is not None:
+            display(Markdown(markdown))
+            return True
+    except ImportError:
+        pass
+    print(markdown)
+    return True
 
 
 def _judge(answer, truth, hint: str, rel: float = 0.0, shown=None) -> bool:
@@ -268,7 +304,7 @@ def check_megatron_command(answer: str | None, refusal: str | None, plan_gib: fl
                      "distributed optimizer shard over DP, which do TP (with SP) and PP split, and which does a "
                      "smaller micro batch shrink?")
     if accepted and not high:
-        hints.append("(c) Compare your row with the top rows of the table: every axis a layout adds costs time "
+        hints.append("(c) Read your row's terms in section 3: every axis a layout adds costs time "
                      "(the largest terms name it: a pipeline's bubble, collectives in every layer of a TP group, "
                      "a group that crosses nodes). Which axes does memory need, and which could be data "
                      "parallel instead?")

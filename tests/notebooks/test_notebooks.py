@@ -4,7 +4,10 @@ not say "correct" to the right answer passed below. New notebooks are picked up 
 
 Each notebook runs the way `python -m helpers.lessons run` runs it (helpers/lessons/runner.py): in its
 own papermill process, whose kernel client waits in steps for messages it could otherwise miss under
-load; on CPU, each cell within the runner's timeout."""
+load; on CPU, each cell within the runner's timeout. The executed copy shows no answer before its
+exercise: no output of a cell before a check holds the answer (tests/exercise_answers.py; the
+committed notebooks have no outputs, so this is where a printed answer would show)."""
+import json
 from pathlib import Path
 
 import nbformat
@@ -12,6 +15,7 @@ import pytest
 
 from helpers.lessons.runner import run_lesson
 from helpers.views.exercises import verdicts
+from tests import exercise_answers
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -69,6 +73,8 @@ def test_notebook_runs_and_asserts(notebook):
                             f"{'; '.join(not_correct)}"
     assert len(said) == len(answered), f"{notebook.name}: {len(said)} checks ran for {len(answered)} answers " \
                                        f"({sorted(answered)}); ANSWERS needs one answer per exercise"
+    shown = exercise_answers.shown_before_asked(json.loads(executed.read_text())["cells"], answered)
+    assert not shown, f"{notebook.name}: the executed copy shows an answer before its exercise: {shown}"
 
 
 def test_every_notebook_has_a_parameters_cell():

@@ -1,6 +1,7 @@
 """Every exercise check rejects a wrong answer (returns False and prints "not yet" with a hint, so
 the lesson goes on), accepts the right one, and only gives its hint after a wrong answer, never
-before one. The right answers reach the notebooks through papermill
+before one; what gives an answer away shows only after a passed check or when the learner asks for
+it (`shown`, `reveal`). The right answers reach the notebooks through papermill
 (tests/notebooks/test_notebooks.py ANSWERS), so CI proves each is accepted against the live run."""
 import pytest
 
@@ -48,6 +49,26 @@ def test_a_check_rejects_a_wrong_answer_and_accepts_the_right_one(check, right, 
     unanswered = capsys.readouterr().out
     assert "not answered yet" in unanswered and hint not in unanswered  # no hint before an attempt
     assert not any(sentence.strip() and sentence.strip() in unanswered for sentence in hint.split("."))
+
+
+@pytest.mark.parametrize("passed, show_answers, shows", [
+    (True, False, True),                     # the check passed
+    (False, True, True),                     # every answer of the lesson asked for
+    (False, ["tp2_flags"], True),            # this one asked for
+    (False, "tp2_flags", True),
+    (False, ["tp_all_reduces"], False),      # another one asked for
+    (False, False, False),                   # a wrong (or no) answer, nothing asked
+])
+def test_an_answer_shows_after_a_passed_check_or_when_asked_for(passed, show_answers, shows, capsys):
+    assert exercises.shown("tp2_flags", passed, show_answers) is shows
+    said = capsys.readouterr().out
+    if shows:
+        assert said == ""
+    else:  # says how to see it, naming the parameter to set
+        assert 'show_answers = ["tp2_flags"]' in said and "once your answer is right" in said, said
+    assert exercises.reveal("tp2_flags", passed, show_answers, "Megatron-LM: `--tensor-model-parallel-size 2`") is shows
+    said = capsys.readouterr().out
+    assert ("--tensor-model-parallel-size 2" in said) is shows, said
 
 
 def test_a_formula_cannot_reach_python_builtins():
