@@ -9,5 +9,7 @@ Used on both sides: the worker's FP8 linears (helpers/runtime/layers/fp8_linear.
   fp8_matmul.py  one linear's three GEMMs (forward, input gradient, weight gradient) in FP8, the
                  per-step weight cache and delayed-scaling histories (training_step)
   fp8_cast_gpu.py  the GPU quantiser: one Triton kernel per tensor (imported only on a GPU)
+  cublaslt_accumulate.py  the FP8 weight gradient summed into fp32 main_grad by cuBLASLt (beta = 1),
+                 TE's fused wgrad accumulation (GPU only, through ctypes)
   hardware.py    which GPU runs which recipe (compute capability), with the reason
 Nothing here imports the rest of the kit except helpers.errors."""

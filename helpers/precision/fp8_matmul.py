@@ -182,22 +182,47 @@ class DelayedStreams:
         self.grad_output = DelayedStream(GRAD_FORMAT["delayed"])
 
 
-def _mm(a, b, scale_a, scale_b) -> torch.Tensor:
-    return scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
+def _mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16) -> torch.Tensor:
+    return scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
+
+
+def _accumulate_wgrad(dyq_t, xq_t, dys, xs, main_grad) -> None:
+    """main_grad (fp32) += the per-tensor-scaled wgrad: on the GPU in the GEMM itself (cuBLASLt with
+    beta = 1, helpers/precision/cublaslt_accumulate.py); elsewhere `_scaled_mm`'s fp32 product added."""
+    if main_grad.is_cuda:
+        from helpers.precision import cublaslt_accumulate
+        cublaslt_accumulate.wgrad_accumulate(dyq_t, xq_t, dys, xs, main_grad)
+    else:
+        main_grad.add_(_mm(dyq_t, xq_t.t(), dys, xs, out_dtype=torch.float32))
+
+
+def _placeholder_after_main_grad(weight, dtype):
+    """What the backward returns for a weight whose gradient is already in its main_grad: Megatron's
+    linear's contract (tensor_parallel/layers.py) under gradient_accumulation_fusion. Megatron's DDP
+    marks its parameters with `grad_added_to_main_grad`; for them a placeholder gradient keeps DDP's
+    hook on the backward's own thread, and the flag tells the hook not to add it; others get None."""
+    if not hasattr(weight, "grad_added_to_main_grad"):
+        return None
+    weight.grad_added_to_main_grad = True
+    make = torch.zeros if getattr(weight, "zero_out_wgrad", False) else torch.empty
+    return make(weight.main_grad.shape, dtype=dtype, device=weight.main_grad.device)
 
 
 class FP8Matmul(torch.autograd.Function):
     """x [..., K] (bf16) @ weight [N, K]^T -> [..., N] (bf16), every GEMM in FP8. `_scaled_mm`
     takes its second operand column-major: W^T for the forward is W's row-major storage seen
-    transposed; dgrad's W and wgrad's x are quantised straight into transposed storage."""
+    transposed; dgrad's W and wgrad's x are quantised straight into transposed storage.
+    `accumulate`: the weight gradient is added into `weight.main_grad` (fp32) instead of returned
+    (Megatron's gradient_accumulation_fusion; per-tensor recipes in the GEMM itself)."""
 
     @staticmethod
-    def forward(ctx, x, weight, recipe, streams=None):
+    def forward(ctx, x, weight, recipe, streams=None, accumulate=False):
         if recipe not in RECIPES:
             raise ValueError(f"unknown FP8 recipe {recipe!r}; known: {', '.join(RECIPES)}")
         if recipe == "delayed" and streams is None:
             raise ValueError("the delayed FP8 recipe needs the linear's DelayedStreams (its amax histories)")
         ctx.recipe, ctx.x_shape, ctx.streams = recipe, x.shape, streams
+        ctx.accumulate_into = weight if accumulate else None  # the parameter itself: its main_grad
         x2 = x.reshape(-1, x.shape[-1]).contiguous()  # [M, K]
         if recipe in PER_TENSOR_FP8_RECIPES:
             xq, xq_t, xs = (streams.input.quantize(x2, transposed=True) if recipe == "delayed"
@@ -226,7 +251,10 @@ class FP8Matmul(torch.autograd.Function):
                                if recipe == "delayed" else quantize(dy2, gfmt, plain=want_dx, transposed=want_dw))
             if want_dx:
                 dx = _mm(dyq, wq_t.t(), dys, ws)
-            if want_dw:
+            if want_dw and ctx.accumulate_into is not None:
+                _accumulate_wgrad(dyq_t, xq_t, dys, xs, ctx.accumulate_into.main_grad)
+                dw = _placeholder_after_main_grad(ctx.accumulate_into, dy.dtype)
+            elif want_dw:
                 dw = _mm(dyq_t, xq_t.t(), dys, xs)
         else:
             x2, weight = ctx.saved_tensors
@@ -238,11 +266,14 @@ class FP8Matmul(torch.autograd.Function):
                 _, dyq_t, dys = quantize(dy2, gfmt, dim=0, plain=False, transposed=True)  # [1, N]: per feature
                 _, xq_t, xs = quantize(x2, "e4m3", dim=0, plain=False, transposed=True)  # [1, K]: per feature
                 dw = _mm(dyq_t, xq_t.t(), dys.t().contiguous(), xs)
+                if ctx.accumulate_into is not None:  # row scales: cuBLASLt's accumulate is per-tensor here
+                    ctx.accumulate_into.main_grad.add_(dw)
+                    dw = _placeholder_after_main_grad(ctx.accumulate_into, dy.dtype)
         if dx is not None:
             dx = dx.reshape(ctx.x_shape)
-        return dx, dw, None, None
+        return dx, dw, None, None, None
 
 
 def fp8_matmul(x: torch.Tensor, weight: torch.Tensor, recipe: str = "tensorwise",
-               streams: DelayedStreams | None = None) -> torch.Tensor:
-    return FP8Matmul.apply(x, weight, recipe, streams)
+               streams: DelayedStreams | None = None, accumulate: bool = False) -> torch.Tensor:
+    return FP8Matmul.apply(x, weight, recipe, streams, accumulate)

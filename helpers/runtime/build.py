@@ -46,10 +46,10 @@ def job_fields(spec: JobSpec, on_cpu: bool, bf16: bool) -> dict:
         # writes in torch and compiles (megatron/core/fusions, jit_fuser = torch.compile):
         # bias+dropout+add and the vocab-parallel cross-entropy (bias+GeLU: transformer_config,
         # it depends on the model), and the weight-gradient accumulation into fp32 main_grad,
-        # whose apex kernels the kit substitutes (layers/wgrad_accumulation.py; not with the kit's
-        # FP8 linears, which compute their own weight gradients). CPU keeps the plain paths
-        # (cpu_compat imports Megatron without compile).
-        gradient_accumulation_fusion=not on_cpu and local_fp8_recipe(spec) is None,
+        # whose apex kernels the kit substitutes (layers/wgrad_accumulation.py; the kit's FP8 linears
+        # accumulate their own FP8 weight gradients: precision/cublaslt_accumulate.py). CPU keeps the
+        # plain paths (cpu_compat imports Megatron without compile).
+        gradient_accumulation_fusion=not on_cpu,
         bias_activation_fusion=False,
         bias_dropout_fusion=not on_cpu,
         cross_entropy_loss_fusion=not on_cpu,

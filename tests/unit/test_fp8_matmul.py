@@ -212,3 +212,55 @@ def test_streams_advance_together_each_by_its_own_history_and_format():
     assert streams[0].history[0] == tensors[0].float().abs().max() * 8
     assert streams[2].history[0] == tensors[2].float().abs().max() * 0.5  # untouched
 
+
+
+@pytest.mark.parametrize("recipe", ["tensorwise", "delayed", "rowwise"])
+def test_accumulate_puts_each_microbatchs_weight_gradient_into_main_grad(recipe, monkeypatch):
+    """Megatron's gradient_accumulation_fusion contract (tensor_parallel/layers.py): with
+    `accumulate`, each microbatch's weight gradient is added into the parameter's fp32 `main_grad`, a
+    parameter of Megatron's DDP (it carries `grad_added_to_main_grad`) is flagged and handed a
+    placeholder gradient, and the sum equals the unfused gradients' sum up to their bf16 rounding
+    (per-tensor recipes: the fused sum is the fp32 product itself, the CPU stand-in for cuBLASLt's
+    beta = 1; rowwise adds its bf16 product, so the sums are equal). The input gradient does not change."""
+    if recipe == "rowwise":
+        monkeypatch.setattr(fp8_matmul, "scaled_mm", emulated_scaled_mm)
+    x, w, dy = operands()
+
+    def two_microbatches(accumulate):
+        weight = w.detach().clone().requires_grad_()
+        weight.main_grad = torch.zeros(weight.shape, dtype=torch.float32)
+        weight.grad_added_to_main_grad = False
+        streams = fp8_matmul.DelayedStreams() if recipe == "delayed" else None
+        grads, input_grads = [], []
+        with fp8_matmul.training_step():
+            for scale in (1.0, -0.5):
+                xm = (x.detach() * scale).requires_grad_()
+                fp8_matmul.fp8_matmul(xm, weight, recipe, streams, accumulate=accumulate).backward(dy)
+                grads.append(weight.grad)
+                input_grads.append(xm.grad)
+                weight.grad = None
+        return weight, grads, input_grads
+
+    fused, placeholders, fused_dx = two_microbatches(True)
+    plain, plain_grads, plain_dx = two_microbatches(False)
+    assert fused.grad_added_to_main_grad and not plain.grad_added_to_main_grad
+    assert all(g.shape == w.shape and g.dtype == torch.bfloat16 for g in placeholders)
+    assert float(plain.main_grad.abs().sum()) == 0  # unfused: the gradient is returned, main_grad untouched
+    assert all(torch.equal(a, b) for a, b in zip(fused_dx, plain_dx))
+    want = plain_grads[0].float() + plain_grads[1].float()
+    if recipe == "rowwise":
+        assert torch.equal(fused.main_grad, want)
+        return
+    err = (fused.main_grad - want).abs()
+    assert float(err.max()) > 0  # fp32 sum against two bf16-rounded terms: not the same numbers...
+    assert bool((err <= 2 * BF16_ULP * (plain_grads[0].float().abs() + plain_grads[1].float().abs())
+                 + 1e-6).all())  # ...but one bf16 rounding of each term apart
+
+
+def test_accumulate_without_ddps_flag_returns_no_gradient():
+    """A weight with main_grad but outside Megatron's DDP (no `grad_added_to_main_grad`): Megatron's
+    linear returns None, and so does the FP8 GEMM."""
+    x, w, dy = operands()
+    w.main_grad = torch.zeros(w.shape, dtype=torch.float32)
+    fp8_matmul.fp8_matmul(x, w, "tensorwise", accumulate=True).backward(dy)
+    assert w.grad is None and float(w.main_grad.abs().max()) > 0

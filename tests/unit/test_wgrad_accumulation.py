@@ -111,13 +111,13 @@ def test_tied_embeddings_keep_both_gradients_through_ddp(megatron_cpu):
     assert max(got.values()) <= 1e-5, got  # fp32 both ways; the same sums in another order
 
 
-def test_gpu_jobs_take_the_fusion_cpu_and_the_kits_fp8_linears_do_not():
+def test_gpu_jobs_take_the_fusion_and_cpu_jobs_do_not():
     from helpers.runtime import build
 
     gpu = JobSpec(device="cuda", precision="bf16")
     assert build.job_fields(gpu, on_cpu=False, bf16=True)["gradient_accumulation_fusion"] is True
     assert build.job_fields(gpu, on_cpu=True, bf16=True)["gradient_accumulation_fusion"] is False
-    fp8 = dataclasses.replace(gpu, precision="fp8", backend="local")
-    assert build.job_fields(fp8, on_cpu=False, bf16=True)["gradient_accumulation_fusion"] is False
+    fp8 = dataclasses.replace(gpu, precision="fp8", backend="local")  # the kit's FP8 linears accumulate too
+    assert build.job_fields(fp8, on_cpu=False, bf16=True)["gradient_accumulation_fusion"] is True
     te = dataclasses.replace(fp8, backend="te")  # TE's linears accumulate into main_grad themselves
     assert build.job_fields(te, on_cpu=False, bf16=True)["gradient_accumulation_fusion"] is True

@@ -34,16 +34,15 @@ from helpers.precision.fp8_matmul import DelayedStreams, fp8_matmul
 
 def local_fp8_linear(recipe, streams, input, weight, bias, gradient_accumulation_fusion, allreduce_dgrad,
                      sequence_parallel, tp_group=None, **_unused):
-    """Megatron's `linear_with_grad_accumulation_and_async_allreduce` contract with FP8 GEMMs.
-    (The deferred embedding-wgrad buffers and GTP it also takes are not used by these linears.)"""
-    if gradient_accumulation_fusion:
-        raise RuntimeError("precision='fp8' (the kit's FP8 linears) needs gradient_accumulation_fusion=False "
-                           "(the kit's config sets it; it needs apex's fused wgrad kernel)")
+    """Megatron's `linear_with_grad_accumulation_and_async_allreduce` contract with FP8 GEMMs:
+    with `gradient_accumulation_fusion` the weight gradient goes into `weight.main_grad` (fp32) as in
+    Megatron's and TE's linears. (The deferred embedding-wgrad buffers and GTP it also takes are not
+    used by these linears.)"""
     if sequence_parallel:
         input = gather_from_sequence_parallel_region(input, tensor_parallel_output_grad=True, group=tp_group)
     elif allreduce_dgrad:
         input = copy_to_tensor_model_parallel_region(input, group=tp_group)
-    output = fp8_matmul(input, weight, recipe, streams)
+    output = fp8_matmul(input, weight, recipe, streams, accumulate=gradient_accumulation_fusion)
     return output + bias if bias is not None else output
 
 
