@@ -14,6 +14,8 @@ the forms a learner would recognise it by, chosen per type:
   chosen from the rules the question lists), likewise;
 - a whole command line (19's `megatron_command`): skipped, since the lesson must give the job's
   model flags itself, and several commands pass;
+- a written layout (11's `my_layout`, a dict of sizes): skipped, since several layouts pass and the
+  lesson names every size it is made of;
 - integers below 1000, floats, booleans (and lists of them): skipped: such values are every
   lesson's sizes, counts and ranks, and often a given of the question itself (15's answer, the rows
   of a fused SwiGLU input split over TP=2, equals the model's FFN width, which the question tells the
@@ -68,7 +70,7 @@ def forms(answer) -> list[tuple[str, re.Pattern]]:
             literal = squeeze(repr(answer))
             return [(f"squeezed:{literal}", re.compile(f"(?<![\\d,]){re.escape(literal)}(?![\\d,])"))]
         return []  # letters: the choices the question offers
-    return []  # a dict of names (10's refusing rules): the question lists every name to choose from
+    return []  # a dict of names (10's refusing rules) or of sizes (11's layout): see the module docstring
 
 
 def check_calls(source: str) -> list[str]:

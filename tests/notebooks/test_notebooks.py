@@ -41,7 +41,8 @@ ANSWERS = {
     "09_process_groups_5d": {"ep_group_tp4": [0, 1, 2, 3]},
     "10_layout_lab": {"refused_layouts": {"A": None, "B": "world_divisible_expert", "C": None,
                                           "D": "microbatches_divisible_by_pp_for_vpp"}},
-    "11_choose_a_layout": {"fastest_layout": "A"},  # DP8 x EP4: no TP collectives on PCIe, no pipeline bubble
+    # no TP collectives on PCIe, no pipeline bubble, the experts spread over all 8 GPUs: the advisor's fastest
+    "11_choose_a_layout": {"my_layout": {"ep": 8, "micro_batch": 2, "dist_opt": True}},
     "12_checkpoints": {"checkpoint_bytes": 12 * 263_296},  # weights + Adam's two moments, fp32
     "13_failure_modes": {"ends_by_timeout": ["d", "e"]},  # the two hangs; a dead rank closes its sockets
     "14_smoke_test_cpt_sft": {"replica_groups": [[0, 1], [2, 3]]},  # DP varies faster than PP
@@ -49,15 +50,18 @@ ANSWERS = {
     "16_hybrid_models": {"ep8_full_recompute_fits": True},
     "17_precision": {"spike_steps": 4},  # the spike stays in a 4-step history for 4 steps
     "18_real_model": {"vocab_matrices_pp2": 2},  # the embedding on stage 0, its tied copy on the last stage
-    "19_capstone": {"megatron_command": (  # TP2+SP, DP8, micro batch 2, distributed optimizer: the advisor's rank 1
+    "19_capstone": {"megatron_command": (  # TP2+SP, DP8, micro batch 2, distributed optimizer: the advisor's rank 1;
+        # it fits without recompute; DP8 overlaps its reduce and gather; warm-up, cosine decay, checkpoints, a corpus
         "torchrun --nnodes 2 --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
         "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention --num-query-groups 8 "
         "--normalization RMSNorm --swiglu --disable-bias-linear --untie-embeddings-and-output-weights "
         "--position-embedding-type rope --rotary-base 500000 --seq-length 4096 --max-position-embeddings 8192 "
         "--vocab-size 128256 --tensor-model-parallel-size 2 --sequence-parallel --use-distributed-optimizer "
-        "--micro-batch-size 2 --global-batch-size 256 --bf16 --lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine "
-        "--lr-warmup-iters 2000 --train-iters 100000 --weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 "
-        "--clip-grad 1.0 --mock-data --tokenizer-type NullTokenizer")},
+        "--overlap-grad-reduce --overlap-param-gather --micro-batch-size 2 --global-batch-size 256 --bf16 "
+        "--lr 3e-4 --min-lr 3e-5 --lr-decay-style cosine --lr-warmup-iters 2000 --train-iters 100000 "
+        "--weight-decay 0.1 --adam-beta1 0.9 --adam-beta2 0.95 --clip-grad 1.0 "
+        "--data-path /data/llama3/corpus_text_document --split 99,1,0 --tokenizer-type NullTokenizer "
+        "--save /checkpoints/llama3-8b --save-interval 1000")},
 }
 
 

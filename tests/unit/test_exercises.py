@@ -76,42 +76,56 @@ def test_a_formula_cannot_reach_python_builtins():
         exercises.check_dp_wire_bytes("__import__('os').getcwd()", n=2, grad=8, elem=4, measured=1.0)
 
 
-def test_fastest_layout_is_the_candidate_with_the_shortest_predicted_step(capsys):
-    step_s = {"A": 0.92, "B": 1.03, "C": 1.16, "D": 1.29}  # the advisor's step times, a letter each
-    assert exercises.check_fastest_layout(" a", step_s) is True  # letters in either case, spaces ignored
-    assert "correct" in capsys.readouterr().out
-    assert exercises.check_fastest_layout("B", step_s) is False
-    said = capsys.readouterr().out
-    assert "'B' is not it" in said and "PCIe" in said
-    assert exercises.check_fastest_layout("D", {**step_s, "D": 0.5}) is True  # the truth follows the times given
-    capsys.readouterr()
-    assert exercises.check_fastest_layout(None, step_s) is False
-    assert "PCIe" not in capsys.readouterr().out  # no hint before an attempt
+# The flags the check reads from the command itself; the numbers come from the lesson
+# (on the real reading and planner: tests/unit/test_capstone_grading.py)
+COMMAND = ("torchrun --nproc-per-node 8 pretrain_gpt.py --tensor-model-parallel-size 2 --use-distributed-optimizer "
+           "--overlap-grad-reduce --overlap-param-gather --lr-decay-style cosine --lr-warmup-iters 2000 "
+           "--train-iters 100000 --save /checkpoints/run --save-interval 1000 --data-path /data/corpus_text_document")
 
 
-def test_megatron_command_needs_all_three_criteria_and_hints_at_each_failing_one(capsys):
-    command = "--tensor-model-parallel-size 2 ..."  # the check judges the numbers the lesson computed for it
-    right = dict(refusal=None, plan_gib=62.0, gpu_gib=80, rank=1, ranked=4230, top=5)
-    assert exercises.check_megatron_command(command, **right) is True
+def test_megatron_command_needs_every_part_and_hints_at_each_failing_one(capsys):
+    right = dict(refusal=None, plan_gib=62.0, gpu_gib=80, rank=1, ranked=4230, top=5, bare_plan_gib=62.0, dp=8)
+    assert exercises.check_megatron_command(COMMAND, **right) is True
     said = capsys.readouterr().out
     assert "correct: " in said and "rank 1 of 4230" in said and "62.0 GiB per GPU of 80 GiB: fits" in said
     refused = "world size (16) is not divisible by total_model_size (3)"
-    failing = {"(a)": dict(refusal=refused, plan_gib=None, rank=None), "(b)": dict(plan_gib=97.8),
-               "(c)": dict(rank=6)}  # each criterion failing alone gets its own hint, and only it
-    for criterion, wrong in failing.items():
-        assert exercises.check_megatron_command(command, **{**right, **wrong}) is False
+    failing = {"(a)": (COMMAND, dict(refusal=refused, plan_gib=None, rank=None, bare_plan_gib=None)),
+               "(b)": (COMMAND + " --recompute-granularity selective", dict(plan_gib=97.8, bare_plan_gib=98.1)),
+               "(c)": (COMMAND, dict(rank=6)),
+               "(d)": (COMMAND, dict(bare_plan_gib=97.8)),  # fits only with recompute, and asks for none
+               "(e)": (COMMAND.replace(" --overlap-param-gather", ""), {}),
+               "(f)": (COMMAND.replace("--lr-warmup-iters 2000", "--lr-warmup-iters 200000"), {}),
+               "(g)": (COMMAND.replace(" --save-interval 1000", ""), {}),
+               "(h)": (COMMAND.replace(" --data-path /data/corpus_text_document", ""), {})}
+    for part, (command, wrong) in failing.items():  # each part failing alone gets its own hint, and only it
+        assert exercises.check_megatron_command(command, **{**right, **wrong}) is False, part
         said = capsys.readouterr().out
         hint = said[said.index("not yet: "):].split(" is not it. ", 1)[1]
-        assert hint.startswith(criterion), (criterion, hint)
-        assert all(other not in hint for other in failing if other != criterion), (criterion, hint)
-        if criterion == "(a)":
+        assert hint.startswith(part), (part, hint)
+        assert all(other not in hint for other in failing if other != part), (part, hint)
+        if part == "(a)":
             assert refused in said  # Megatron-LM's own message is shown
-    assert exercises.check_megatron_command(command, **{**right, "plan_gib": 97.8, "rank": 2957}) is False
+    assert exercises.check_megatron_command(COMMAND, **{**right, "plan_gib": 97.8, "bare_plan_gib": 97.8,
+                                                        "rank": 2957}) is False
     hint = capsys.readouterr().out.split(" is not it. ", 1)[1]
-    assert "(b)" in hint and "(c)" in hint  # both failing: both hints
+    assert "(b)" in hint and "(c)" in hint and "(d)" in hint  # several failing: a hint each
     assert exercises.check_megatron_command(None, **right) is False
     unanswered = capsys.readouterr().out
     assert "not answered yet" in unanswered and "(a)" not in unanswered  # no criteria or hints before an attempt
+
+
+def test_megatron_command_overlap_matters_only_with_data_parallel_ranks_and_mock_data_passes_with_a_note(capsys):
+    right = dict(refusal=None, plan_gib=62.0, gpu_gib=80, rank=1, ranked=4230, top=5, bare_plan_gib=62.0)
+    alone = COMMAND.replace(" --overlap-grad-reduce --overlap-param-gather", "")
+    assert exercises.check_megatron_command(alone, **right, dp=8) is False
+    assert "missing: --overlap-grad-reduce, --overlap-param-gather" in capsys.readouterr().out
+    assert exercises.check_megatron_command(alone, **right, dp=1) is True  # one replica: nothing to overlap
+    assert "nothing to overlap" in capsys.readouterr().out
+    mock = COMMAND.replace("--data-path /data/corpus_text_document", "--mock-data")
+    assert exercises.check_megatron_command(mock, **right, dp=8) is True
+    assert "a real run reads its tokenized corpus with --data-path PREFIX" in capsys.readouterr().out
+    assert exercises.command_flags("torchrun --nnodes 2 pretrain_gpt.py --lr=3e-4 --bf16 \\\n --save /ckpt") == \
+        {"--lr": "3e-4", "--bf16": None, "--save": "/ckpt"}  # torchrun's own flags are not Megatron-LM's
 
 
 def test_megatron_flags_run_the_learners_job_and_match_it_to_the_lessons(capsys):
@@ -153,3 +167,50 @@ def test_megatron_flags_the_parser_refuses_are_shown_and_nothing_runs(capsys):
                                           rtol=1e-5, hint="Spell it as Megatron-LM does.") is False
     said = capsys.readouterr().out
     assert "not yet: '--sequence-paralel' is not it." in said and "Megatron-LM has no flag --sequence-paralel" in said
+
+
+@pytest.fixture(scope="module")
+def llama_on_8():
+    from helpers.advisor import advise
+    from helpers.job import models
+
+    # Llama-3-8B on one node of 8 H100s: under a second to rank every layout with micro batch 1 or 2
+    return advise(models.preset("llama3-8b"), 8, "h100-80gb", seq_len=4096, global_batch=16, max_micro_batch=2)
+
+
+def test_a_written_layout_passes_near_the_advisors_fastest_and_fails_slow_with_its_costliest_term(llama_on_8, capsys):
+    advice = llama_on_8
+    best = advice.best()
+    right = {"tp": best.layout.tp, "pp": best.layout.pp, "cp": best.layout.cp, "sp": best.layout.sp,
+             "micro_batch": best.layout.micro_batch, "dist_opt": best.training.dist_opt,
+             "recompute": best.training.recompute}
+    assert exercises.check_layout_choice(right, advice) is True
+    assert f"correct: {right!r}" in capsys.readouterr().out
+    placed = exercises.place_layout(right, advice)
+    assert placed["rank"] == 1 and placed["step"].step_s == pytest.approx(best.step.step_s, rel=1e-12)
+    assert placed["memory_gib"] == pytest.approx(best.memory_gib, rel=1e-12)  # the advisor's own numbers
+    slow = {"tp": 8, "sp": True, "dist_opt": True}  # fits; TP's collectives in every layer over 8 GPUs
+    placed = exercises.place_layout(slow, advice)
+    assert placed["fits"] and placed["rank"] > 3 and placed["step"].step_s > 1.1 * best.step.step_s
+    assert exercises.check_layout_choice(slow, advice) is False
+    said = capsys.readouterr().out
+    assert said.startswith(f"not yet: {slow!r} is not it. ") and "its `tp` term" in said, said
+    assert best.layout.layout_name() not in said and best.layout.describe() not in said  # the fastest is not named
+    assert exercises.check_layout_choice(slow, advice, top=placed["rank"]) is True  # the bar: the first `top` ranks
+    capsys.readouterr()
+
+
+def test_a_written_layout_the_rules_refuse_gets_the_rules_message_and_one_that_does_not_fit_its_plan(llama_on_8,
+                                                                                                     capsys):
+    assert exercises.check_layout_choice({"tp": 3}, llama_on_8) is False
+    said = capsys.readouterr().out
+    assert "[heads_divisible_by_tp] 32 attention heads are not divisible by tp=3" in said, said
+    assert exercises.check_layout_choice({"tp": 2, "dp": 2}, llama_on_8) is False  # 2 x 2 is not 8 GPUs
+    assert "dp 2 x tp 2 x pp 1 x cp 1 = 4 GPUs, not the 8 here" in capsys.readouterr().out
+    assert exercises.check_layout_choice({"tpp": 2}, llama_on_8) is False
+    assert "no such choice: tpp" in capsys.readouterr().out
+    assert exercises.check_layout_choice({"micro_batch": 2}, llama_on_8) is False  # every byte on every GPU
+    said = capsys.readouterr().out
+    assert "over the 80 GiB" in said and "optimizer_states" in said, said
+    assert exercises.check_layout_choice(None, llama_on_8) is False
+    assert "not answered yet" in capsys.readouterr().out
