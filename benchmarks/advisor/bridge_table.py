@@ -10,7 +10,8 @@ named here: the distributed optimizer on, expert tensor parallel 1, sequence par
 no activation recompute, gradients reduced in fp32 (bf16 with Megatron-FSDP), balanced routing
 ("dropless" and "tokendrop" alike), a layer count the pipeline does not divide timed as its
 busiest model chunk, GB200/GB300 jobs in NVLink domains of up to 72 GPUs (`nvlink_domain`). A row
-the model cannot express is listed with the reason.
+the model cannot express is listed with the reason. The page also sets each case's published layout
+beside the advisor's own pick (bridge_best.py).
 
     python -m benchmarks.advisor.bridge_table [--fit] [--write docs/results/advisor_bridge.md] [--json FILE]
 """
@@ -247,7 +248,8 @@ def groups(results: list[Result], key) -> dict:
     return {k: summary(v) for k, v in sorted(out.items())}
 
 
-def markdown(results: list[Result], command: str, fitted: dict | None = None) -> str:
+def markdown(results: list[Result], command: str, fitted: dict | None = None, picks: list[str] | None = None) -> str:
+    """The page; `picks`: the lines of the published-against-pick section (bridge_best.section)."""
     s = summary(results)
     lines = [
         "# The advisor against NVIDIA's published Megatron-Bridge throughput",
@@ -287,6 +289,7 @@ def markdown(results: list[Result], command: str, fitted: dict | None = None) ->
             else:
                 lines.append(f"| {k} | 0 of {g['rows']} | | | |")
         lines.append("")
+    lines += picks or []
     lines += ["## Every row", "", "| release | system | model | GPUs | precision | layout (TP PP CP VP EP FSDP, mbs/gbs, seq) "
               "| published | predicted | error |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
@@ -327,7 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(results))
     command = "python -m benchmarks.advisor.bridge_table" + (f" --write {args.write}" if args.write else "")
     if args.write:
-        args.write.write_text(markdown(results, command, fitted))
+        from benchmarks.advisor import bridge_best  # it reads the table through this module
+
+        cases = bridge_best.evaluate(rows)
+        print(f"published within {bridge_best.WITHIN:.0%} of the advisor's pick: {sum(c.within for c in cases)} of "
+              f"{len(cases)} cases")
+        args.write.write_text(markdown(results, command, fitted, bridge_best.section(cases)))
     if args.json:
         import json
 

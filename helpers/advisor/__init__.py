@@ -12,8 +12,8 @@ Checked against vTrain's published A100 measurements in docs/results/advisor.md
     advice = advise(preset("llama3-8b"), gpus=64, gpu="h100-80gb", seq_len=4096, global_batch=512)
     advice.best()
 """
-from helpers.advisor.advise import Advice, Row, advise
+from helpers.advisor.advise import Advice, Row, advise, fastest
 from helpers.advisor.execution import Execution
 from helpers.perf.gpus import PROFILES, GpuProfile
 
-__all__ = ["advise", "Advice", "Row", "Execution", "GpuProfile", "PROFILES"]
+__all__ = ["advise", "fastest", "Advice", "Row", "Execution", "GpuProfile", "PROFILES"]
