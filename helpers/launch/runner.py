@@ -135,7 +135,7 @@ def execute(run_dir: Path, spec: JobSpec, extra: list[str] = (), progress: bool 
     """torchrun on this machine for a prepared run directory; returns its RunDir or raises."""
     run = RunDir(run_dir)
     cmd = torchrun.command(run_dir, spec, extra=list(extra))
-    proc = torchrun.start(cmd, torchrun.environment(spec), run_dir / names.TORCHRUN_LOG)
+    proc = torchrun.start(cmd, torchrun.environment(spec), run_dir / names.TORCHRUN_LOG, warm=True)
     torchrun.watch([proc], run, spec.timeout_s, "job", progress=progress, stall_timeout_s=spec.stall_timeout_s)
     return run
 

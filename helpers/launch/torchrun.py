@@ -88,8 +88,13 @@ def environment(spec: JobSpec, base: dict | None = None) -> dict:
     return env
 
 
-def start(cmd: list[str], env: dict, log_path: Path) -> subprocess.Popen:
-    """One agent in its own process group (one kill stops every rank it started)."""
+def start(cmd: list[str], env: dict, log_path: Path, warm: bool = False) -> subprocess.Popen:
+    """One agent in its own process group (one kill stops every rank it started). `warm`: a command
+    with preloaded ranks is forked from a warm process instead (launch/warm_agent.py)."""
+    from helpers.launch import warm_agent
+
+    if warm and cmd[3:4] == ["--preload"] and warm_agent.enabled():
+        return warm_agent.start(cmd[4].split(","), cmd[5:], env, log_path)
     log = open(log_path, "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                             cwd=paths.REPO_ROOT, start_new_session=True)

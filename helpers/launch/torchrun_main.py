@@ -30,7 +30,14 @@ def main() -> None:
         del sys.argv[1:3]
         multiprocessing.forkserver.ensure_running()  # now: its imports overlap the agent's own
     with import_phase.without_gc():  # torch's import with the collector paused, its objects then frozen
-        from torch.distributed.run import main as torchrun
+        import torch.distributed.run  # noqa: F401
+    run_torchrun()
+
+
+def run_torchrun() -> None:
+    """torchrun's main() on sys.argv, then os._exit with its exit code (also the warm agent's,
+    launch/warm_agent.py)."""
+    from torch.distributed.run import main as torchrun
 
     try:
         torchrun()
