@@ -1,5 +1,5 @@
 """The published layout against the advisor's own pick, per case of NVIDIA's Megatron-Bridge table
-(bridge_table.py): for each (model, system, GPU count, precision) the newest release's row, its
+(bridge_rows.py): for each (model, system, GPU count, precision) the newest release's row, its
 layout timed by the time model (the table's prediction), and the advisor's fastest layout that its
 memory planner fits on the same GPUs, global batch, sequence and precision (helpers/advisor fastest).
 Where the advisor's pick is more than 10% faster, the time model's terms (helpers/advisor/time/step.py TERMS) say
@@ -8,14 +8,14 @@ where the published layout spends the difference: the terms it spends most on be
 The search is narrowed to what the published recipes vary, so that every case runs in one command:
 TP within a node, CP, PP (uneven splits included), VPP, EP, micro batches up to 4, recompute none,
 selective or full; sequence parallel on with TP, expert TP 1, the distributed optimizer on (as
-bridge_table.py reads the table). The pick is timed with gradients reduced in fp32 and no FSDP; the
+bridge_rows.py reads the table). The pick is timed with gradients reduced in bf16 and no FSDP; the
 model's real layer count (the published layout is timed as its busiest chunk where its pipeline does
-not divide the layers)."""
+not divide the layers). NVFP4 cases are left out: the memory planner the search runs on has no NVFP4."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from benchmarks.advisor import bridge_table
+from benchmarks.advisor import bridge_rows
 from helpers.advisor import fastest
 from helpers.advisor.advise import Row
 from helpers.advisor.execution import MEGATRON_CORE
@@ -26,6 +26,8 @@ from helpers.perf.layouts import Space
 
 SPACE = Space(tp_beyond_node=False, sp_off=False, expert_tp=False)
 MAX_MICRO_BATCH = 4
+# the recipes' bf16 gradient reduction (bridge_rows.py)
+PICK_EXECUTION = MEGATRON_CORE.with_(grad_reduce_bytes=2)
 WITHIN = 0.10  # the pick counts as no better when at most this much faster
 
 # What a term the published layout spends more on says about the pick
@@ -39,7 +41,7 @@ WORDS = {"gemm": "less GEMM time (larger or less split GEMMs)", "attention": "le
 
 @dataclass
 class Case:
-    row: bridge_table.Published  # the newest release's row of the case
+    row: bridge_rows.Published  # the newest release's row of the case
     published: step.StepTime | None  # its layout, timed (None: the table cannot express it)
     published_gib: float | None  # its planned reserved peak per GPU
     gpu_gib: float
@@ -57,11 +59,11 @@ class Case:
         return self.ratio is not None and self.ratio <= 1 + WITHIN
 
 
-def _release(row: bridge_table.Published) -> tuple[int, ...]:
+def _release(row: bridge_rows.Published) -> tuple[int, ...]:
     return tuple(int(x) for x in row.release.split("."))
 
 
-def newest(rows: list[bridge_table.Published]) -> list[bridge_table.Published]:
+def newest(rows: list[bridge_rows.Published]) -> list[bridge_rows.Published]:
     """One row per case (family, system, GPUs, precision): the newest release's, in the table's order."""
     out = {}
     for r in rows:
@@ -70,20 +72,21 @@ def newest(rows: list[bridge_table.Published]) -> list[bridge_table.Published]:
     return list(out.values())
 
 
-def evaluate(rows: list[bridge_table.Published]) -> list[Case]:
+def evaluate(rows: list[bridge_rows.Published]) -> list[Case]:
     """A Case per expressed case; a search is shared by cases that differ only in their precision's label."""
     searched, out = {}, []
     for row in newest(rows):
-        inputs = bridge_table.expressed(row)
-        if isinstance(inputs, str):
-            continue
+        inputs = bridge_rows.expressed(row)
+        if isinstance(inputs, str) or bridge_rows.PRECISIONS[row.precision] == "fp4":
+            continue  # the advisor's search plans memory per precision, and the planner has no NVFP4
         m, lay, training, gpu = inputs
-        published = step.predict(m, lay, training, gpu, lay.gpus_per_node, bridge_table.precision_execution(training))
+        published = step.predict(m, lay, training, gpu, lay.gpus_per_node,
+                                 bridge_rows.precision_execution(training, row))
         published_gib = plan_memory(m, lay, training).reserved_bytes / GiB
-        model = bridge_table.model_of(row)
+        model = bridge_rows.model_of(row)
         key = (model, gpu.name, row.gpus, training.precision, row.gbs, row.seq)
         if key not in searched:
-            searched[key] = fastest(model, row.gpus, gpu, lay.gpus_per_node, row.seq, row.gbs, MEGATRON_CORE,
+            searched[key] = fastest(model, row.gpus, gpu, lay.gpus_per_node, row.seq, row.gbs, PICK_EXECUTION,
                                     "te", MAX_MICRO_BATCH, training.precision, SPACE, (True,))
         out.append(Case(row, published, published_gib, gpu.memory_gib, searched[key]))
     return out

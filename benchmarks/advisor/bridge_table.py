@@ -1,152 +1,27 @@
 """The advisor's time model against NVIDIA's published Megatron-Bridge throughput: per row of
-$KIT_DATA_DIR/megatron_bridge_perf/pretrain_performance.csv (one tuned layout per model, system, GPU
-count and precision, Megatron-Core with Transformer Engine; tokens/s/GPU), the time model's
-prediction for that exact layout beside the published number. One constant is fitted on the table's
-MoE rows (helpers/perf/calibration.py MOE_HOST_S), and checked leaving each MoE model out (`--fit`); nothing else,
-so the dense rows and every system are held out as they stand.
-
-What the table does not say is taken as Megatron-Bridge's performance recipes usually set it, and
-named here: the distributed optimizer on, expert tensor parallel 1, sequence parallel with TP > 1,
-no activation recompute, gradients reduced in fp32 (bf16 with Megatron-FSDP), balanced routing
-("dropless" and "tokendrop" alike), a layer count the pipeline does not divide timed as its
-busiest model chunk, GB200/GB300 jobs in NVLink domains of up to 72 GPUs (`nvlink_domain`). A row
-the model cannot express is listed with the reason. The page also sets each case's published layout
-beside the advisor's own pick (bridge_best.py).
+$KIT_DATA_DIR/megatron_bridge_perf/pretrain_performance.csv (read by bridge_rows.py, which says what
+the table leaves open and how it is taken), the time model's prediction for that exact layout beside
+the published number. One constant is fitted on the table's MoE rows (helpers/perf/calibration.py
+MOE_HOST_S), and checked leaving each MoE model out and each system out (`--fit`); nothing else, so
+the dense rows are held out as they stand. A row the model cannot express is listed with the
+reason. The page also sets each case's published layout beside the advisor's own pick
+(bridge_best.py).
 
     python -m benchmarks.advisor.bridge_table [--fit] [--write docs/results/advisor_bridge.md] [--json FILE]
 """
 from __future__ import annotations
 
 import argparse
-import csv
-import os
 import statistics
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.advisor.execution import MEGATRON_CORE, Execution
+from benchmarks.advisor import bridge_best
+from benchmarks.advisor.bridge_rows import Published, data_path, expressed, model_of, precision_execution, read
 from helpers.advisor.time import step
-from helpers.job.layout import Layout
-from helpers.job.models import ModelPreset, preset
-from helpers.memory.training import Training
-from helpers.perf import calibration, gpus
-
-# The table's model names (before any " (variant)") -> the kit's presets, built from the models'
-# published config.json (helpers/job/models.py); None: no published configuration here
-MODELS = {"LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3.1-405b",
-          "DeepSeekV3": "deepseek-v3", "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b",
-          "GPT OSS 120B": "gpt-oss-120b", "Kimi_K2": "kimi-k2", "Nemotron_3_Nano": "nemotron-3-nano-30b-a3b",
-          "Nemotron_3_Super": None}
-SYSTEMS = {"DGX-H100": "h100-80gb", "DGX-B200": "b200", "DGX-B300": "b300", "DGX-GB200": "gb200",
-           "DGX-GB300": "gb300"}
-# The table's precision labels: FP8 (delayed scaling), FP8-CS (current scaling), FP8-MX / MXFP8
-# (32-element blocks with E8M0 scales: Blackwell), NVFP4
-PRECISIONS = {"BF16": "bf16", "FP8": "fp8", "FP8-CS": "fp8", "FP8-MX": "fp8", "MXFP8": "fp8"}
-
-
-def data_path() -> Path | None:
-    root = os.environ.get("KIT_DATA_DIR")
-    path = Path(root) / "megatron_bridge_perf" / "pretrain_performance.csv" if root else None
-    return path if path and path.exists() else None
-
-
-@dataclass(frozen=True)
-class Published:
-    release: str
-    system: str
-    model: str
-    gpus: int
-    precision: str
-    gbs: int
-    mbs: int
-    seq: int
-    fsdp: int
-    tp: int
-    pp: int
-    cp: int
-    vp: int | None
-    ep: int
-    tokens_per_s_per_gpu: float
-
-    @property
-    def family(self) -> str:
-        return self.model.split(" (")[0]
-
-    @property
-    def case(self) -> tuple:
-        return (self.family, self.system, self.gpus, self.precision)
-
-
-def _size(text: str) -> int | None:
-    """A layout column: "n/a" (not used) is None."""
-    return None if text == "n/a" else int(text)
-
-
-def read(path: Path) -> list[Published]:
-    out = []
-    with open(path, newline="") as f:
-        for r in csv.DictReader(f):
-            vp = _size(r["vp"])
-            out.append(Published(r["release"], r["system"], r["model"], int(r["gpus"]), r["precision"],
-                                 int(r["gbs"]), int(r["mbs"]), int(r["seq"]), _size(r["fsdp"]) or 0,
-                                 _size(r["tp"]) or 1, _size(r["pp"]) or 1, _size(r["cp"]) or 1,
-                                 vp if vp and vp > 1 else None, _size(r["ep"]) or 1, float(r["tok_s_gpu"])))
-    return out
-
-
-def model_of(row: Published) -> ModelPreset | str:
-    """The preset for a row, or why there is none."""
-    name = MODELS.get(row.family)
-    if name is None:
-        return f"{row.family}: no published configuration in the kit"
-    m = preset(name)
-    if "w/o MTP" in row.model:
-        m = m.with_(mtp_num_layers=0)
-    return m
-
-
-def expressed(row: Published) -> tuple[ModelPreset, Layout, Training, gpus.GpuProfile] | str:
-    """The row as the time model's inputs, or the reason it cannot be."""
-    m = model_of(row)
-    if isinstance(m, str):
-        return m
-    if row.precision not in PRECISIONS:
-        return f"precision {row.precision}: the time model has no GEMM rate for it"
-    if SYSTEMS[row.system] not in gpus.PROFILES:
-        return f"{row.system}: no GPU profile"
-    gpu = gpus.PROFILES[SYSTEMS[row.system]]
-    chunks = row.pp * (row.vp or 1)
-    if m.num_layers % chunks:
-        # Megatron-Bridge's recipes split such a model unevenly (the embedding and the loss counted as a
-        # layer each, or an explicit pipeline layout): timed as its busiest model chunk, every chunk
-        # holding ceil(layers / chunks) layers
-        m = m.with_(num_layers=-(-m.num_layers // chunks) * chunks,
-                    first_k_dense=min(m.first_k_dense, -(-m.num_layers // chunks) * chunks - 1))
-    domain = nvlink_domain(row.gpus, gpu.nvlink_domain)
-    lay = Layout(nproc=row.gpus, tp=row.tp, pp=row.pp, cp=row.cp, ep=row.ep, etp=1 if m.is_moe else None,
-                 vpp=row.vp, sp=row.tp > 1, micro_batch=row.mbs, global_batch=row.gbs, seq_len=row.seq,
-                 gpus_per_node=domain, backend="te")
-    if row.gbs % (row.mbs * lay.dp):
-        return f"global batch {row.gbs} is not a multiple of micro batch x DP ({row.mbs} x {lay.dp})"
-    problems = [v for v in lay.validate(m) if v.category != "backend"]  # the layout rules, not the kit's worker
-    if problems:
-        return "the layout rules refuse it: " + "; ".join(v.name for v in problems)
-    fsdp = "optim_grads_params" if row.fsdp else None
-    training = Training(precision=PRECISIONS[row.precision], dist_opt=True, fsdp=fsdp,
-                        grad_reduce_in_fp32=not fsdp)
-    return m, lay, training, gpu
-
-
-def nvlink_domain(world: int, largest: int) -> int:
-    """GPUs per NVLink domain of a job: the profile's (8 in a DGX node, 72 in an NVL72 rack), or for a
-    job that does not fill whole racks the largest divisor of its GPU count up to that size that
-    whole compute trays of 4 make (256 GPUs on NVL72 racks: 4 domains of 64)."""
-    if world <= largest:
-        return world
-    return max(d for d in range(4, largest + 1, 4) if world % d == 0) if largest > 8 else largest
-
+from helpers.perf import calibration
 
 @dataclass
 class Result:
@@ -168,17 +43,12 @@ def evaluate(rows: list[Published]) -> list[Result]:
             continue
         m, lay, training, gpu = inputs
         try:
-            predicted = step.predict(m, lay, training, gpu, lay.gpus_per_node, precision_execution(training))
+            predicted = step.predict(m, lay, training, gpu, lay.gpus_per_node, precision_execution(training, row))
         except (ValueError, KeyError, ZeroDivisionError) as e:
             out.append(Result(row, reason=f"the time model refuses it: {e}"))
             continue
         out.append(Result(row, predicted.tokens_per_s_per_gpu))
     return out
-
-
-def precision_execution(training: Training) -> Execution:
-    """Megatron-Core's execution with the row's precision and gradient-reduce dtype."""
-    return MEGATRON_CORE.with_(precision=training.precision, grad_reduce_bytes=4 if training.grad_reduce_in_fp32 else 2)
 
 
 def _steps(rows: list[Published], host_s: float) -> list[float | None]:
@@ -198,8 +68,8 @@ GRID = [i * 0.25e-3 for i in range(41)]  # 0 to 10 ms
 
 def fit(rows: list[Published]) -> dict:
     """calibration.MOE_HOST_S fitted on the MoE rows (median |error| of tokens/s/GPU over a grid), on
-    all of them and leaving each MoE model out in turn: the held-out model's error with the others'
-    fit. The step time is linear in the constant (every MoE layer-microbatch on the critical path
+    all of them, leaving each MoE model out in turn (the held-out model's error with the others' fit),
+    and leaving each system out (every row of it with the constant fitted on the other systems' MoE rows). The step time is linear in the constant (every MoE layer-microbatch on the critical path
     adds it), so two evaluations give every grid point."""
     zero, one = _steps(rows, 0.0), _steps(rows, 1e-3)
     moe = [i for i, r in enumerate(rows) if zero[i] is not None and not isinstance(model_of(r), str)
@@ -226,9 +96,23 @@ def fit(rows: list[Published]) -> dict:
         every += e
         held[family] = {"fitted_ms": host * 1e3, "rows": len(test), "median_abs_error": statistics.median(abs(x) for x in e),
                         "median_signed_error": statistics.median(e)}
-    q = sorted(abs(x) for x in every)
+    # each system held out: the constant fitted on the other systems' MoE rows, every row of the system scored
+    by_system, every_system = {}, []
+    for system in sorted({r.system for r in rows}):
+        test = [i for i, r in enumerate(rows) if r.system == system and zero[i] is not None]
+        if not test:
+            continue
+        host = best([i for i in moe if rows[i].system != system])
+        e = errors(host, test)
+        every_system += e
+        by_system[system] = {"fitted_ms": host * 1e3, "rows": len(test),
+                             "median_abs_error": statistics.median(abs(x) for x in e),
+                             "median_signed_error": statistics.median(e)}
+    q, qs = sorted(abs(x) for x in every), sorted(abs(x) for x in every_system)
     return {"all_rows_ms": best(moe) * 1e3, "held_out": held, "rows": len(q), "median_abs_error": statistics.median(q),
-            "p90_abs_error": q[int(round(0.9 * (len(q) - 1)))]}
+            "p90_abs_error": q[int(round(0.9 * (len(q) - 1)))], "systems_held_out": by_system,
+            "systems_median_abs_error": statistics.median(qs),
+            "systems_p90_abs_error": qs[int(round(0.9 * (len(qs) - 1)))]}
 
 
 def summary(results: list[Result]) -> dict:
@@ -259,8 +143,10 @@ def markdown(results: list[Result], command: str, fitted: dict | None = None, pi
         "",
         f"Rows: {s['rows']}; expressed: {s['expressed']}. One constant of the time model is fitted on this table: "
         f"the host time a MoE layer adds per micro batch (`calibration.MOE_HOST_S`, {calibration.MOE_HOST_S * 1e3:g} "
-        "ms, fitted on the MoE rows); nothing else, so the dense rows and every system are held out as they "
-        "stand, and the MoE models are held out one at a time below.",
+        "ms, fitted on the MoE rows); nothing else, so the dense rows are held out as they stand, and the MoE "
+        "models and the systems are held out one at a time below. What each row's recipe sets beyond the table "
+        "(expert all-to-all overlap, recompute modules, activation offloading, bf16 gradient reduction) is "
+        "benchmarks/advisor/bridge_rows.py's.",
         "",
     ]
     if fitted:
@@ -274,7 +160,18 @@ def markdown(results: list[Result], command: str, fitted: dict | None = None, pi
                          f"{h['median_signed_error']:+.0%} |")
         lines += ["", f"Every expressed row, each MoE model scored with the constant fitted on the others (the dense "
                   f"rows as they stand): {fitted['rows']} rows, median |error| {fitted['median_abs_error']:.0%}, "
-                  f"90th percentile {fitted['p90_abs_error']:.0%}.", ""]
+                  f"90th percentile {fitted['p90_abs_error']:.0%}.", "",
+                  "## Leave one system out", "",
+                  "Each system held out: the host time fitted on the other systems' MoE rows, every row of the "
+                  "system scored with it.", "",
+                  "| held-out system | fitted on the others (ms) | rows | median abs error | median signed |",
+                  "|---|---|---|---|---|"]
+        for system, h in fitted["systems_held_out"].items():
+            lines.append(f"| {system} | {h['fitted_ms']:g} | {h['rows']} | {h['median_abs_error']:.0%} | "
+                         f"{h['median_signed_error']:+.0%} |")
+        lines += ["", "Every expressed row, each system scored with the constant fitted on the others: median "
+                  f"|error| {fitted['systems_median_abs_error']:.0%}, 90th percentile "
+                  f"{fitted['systems_p90_abs_error']:.0%}.", ""]
     if s["expressed"]:
         lines += [f"Median |error| of tokens/s/GPU: {s['median_abs_error']:.0%}; 90th percentile: "
                   f"{s['p90_abs_error']:.0%}; median signed error: {s['median_signed_error']:+.0%} "
@@ -330,8 +227,6 @@ def main(argv: list[str] | None = None) -> int:
     print(summary(results))
     command = "python -m benchmarks.advisor.bridge_table" + (f" --write {args.write}" if args.write else "")
     if args.write:
-        from benchmarks.advisor import bridge_best  # it reads the table through this module
-
         cases = bridge_best.evaluate(rows)
         print(f"published within {bridge_best.WITHIN:.0%} of the advisor's pick: {sum(c.within for c in cases)} of "
               f"{len(cases)} cases")

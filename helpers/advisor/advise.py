@@ -96,7 +96,7 @@ def advise(model: ModelPreset, gpus: int, gpu: GpuProfile | str = "h100-80gb", g
     advice = _setting(model, gpus, gpu, gpus_per_node, seq_len, global_batch, execution, precision)
     plans = {}
     for c in candidates(model, gpus, advice.gpus_per_node, seq_len, advice.global_batch, max_micro_batch, backend,
-                        advice.execution.precision, space):
+                        advice.execution.precision, space, grad_reduce_in_fp32=advice.execution.grad_reduce_bytes == 4):
         if c.refused:
             advice.refused.append(Row(c.layout, None, c.refused, precision=advice.execution.precision))
             continue
@@ -122,7 +122,8 @@ def fastest(model: ModelPreset, gpus: int, gpu: GpuProfile | str = "h100-80gb", 
     setting = _setting(model, gpus, gpu, gpus_per_node, seq_len, global_batch, execution, precision)
     queue, later = [], {}  # later: (layout, dist_opt) -> its recompute choices still to time, with their rank
     for rank, c in enumerate(candidates(model, gpus, setting.gpus_per_node, seq_len, setting.global_batch,
-                                        max_micro_batch, backend, setting.execution.precision, space, dist_opt)):
+                                        max_micro_batch, backend, setting.execution.precision, space, dist_opt,
+                                        setting.execution.grad_reduce_bytes == 4)):
         if c.refused:
             continue
         if c.training.recompute == RECOMPUTE[0]:
@@ -163,6 +164,9 @@ def _setting(model: ModelPreset, gpus: int, gpu: GpuProfile | str, gpus_per_node
     if seq_len < 1 or seq_len > model.max_seq_len:
         raise ValueError(f"seq_len {seq_len} must be between 1 and the model's {model.max_seq_len}")
     execution = execution.with_(precision=precision or execution.precision)
+    if execution.precision == "fp4":
+        raise ValueError("the advisor plans memory for every layout, and the memory planner has no fp4 (NVFP4): "
+                         "advise with precision fp8, or time an NVFP4 layout alone with helpers.advisor.time.step")
     profile.peak_tflops(execution.precision)  # a GPU without FP8 tensor cores refuses fp8 here, with its name
     return Advice(model, profile, gpus, min(gpus_per_node, gpus), seq_len, global_batch or 2 * gpus, execution)
 

@@ -24,10 +24,11 @@ class Candidate:
 
 def candidates(model: ModelPreset, gpus: int, gpus_per_node: int, seq_len: int, global_batch: int,
                max_micro_batch: int = 16, backend: str = "te", precision: str = "bf16", space: Space = Space(),
-               dist_opt: tuple[bool, ...] = (False, True)):
+               dist_opt: tuple[bool, ...] = (False, True), grad_reduce_in_fp32: bool = True):
     """Every Candidate: refused layouts once (with their rules), accepted ones once per training choice
     (each layout's in RECOMPUTE order: no recompute first). `dist_opt`: the distributed optimizer's
-    choices weighed (off alone where there is nothing to shard)."""
+    choices weighed (off alone where there is nothing to shard); `grad_reduce_in_fp32`: the gradient
+    buffers' dtype, the one the execution reduces in (Execution.grad_reduce_bytes)."""
     for lay, refused in layouts(model, gpus, min(gpus_per_node, gpus), seq_len, global_batch,
                                 max_micro_batch=max_micro_batch, backend=backend, space=space):
         if refused:
@@ -36,4 +37,5 @@ def candidates(model: ModelPreset, gpus: int, gpus_per_node: int, seq_len: int, 
         shardable = lay.dp * lay.cp > 1 or (model.is_moe and lay.edp > 1)
         for sharded in [d for d in dist_opt if shardable or not d] or [False]:
             for recompute in RECOMPUTE:
-                yield Candidate(lay, Training(precision=precision, dist_opt=sharded, recompute=recompute))
+                yield Candidate(lay, Training(precision=precision, dist_opt=sharded, recompute=recompute,
+                                              grad_reduce_in_fp32=grad_reduce_in_fp32))

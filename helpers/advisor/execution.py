@@ -2,8 +2,9 @@
 time but not the layout (the layout, the distributed optimizer and recompute are the advisor's to
 enumerate). `precision` is the GEMMs': bf16, or fp8 (Transformer Engine's FP8 GEMMs in the
 transformer layers' linears, experts included; embedding, output layer, router and attention core
-stay 16-bit: helpers/perf/gemm.py). The memory planner reads the same choice from Training.precision;
-advise() sets both. Three presets, each 16-bit (`with_(precision="fp8")` for FP8):
+stay 16-bit: helpers/perf/gemm.py), or fp4 (Transformer Engine's NVFP4 recipe: the same linears as
+FP4 GEMMs; the memory planner has no fp4 and is given fp8 for it). The memory planner reads the same
+choice from Training.precision; advise() sets both. Three presets, each 16-bit (`with_(precision="fp8")` for FP8):
 
 * MEGATRON_CORE: Megatron-LM / Megatron-Core with Transformer Engine as its examples run it: fused
   (flash) attention without dropout, the column-parallel linears' input-gradient collective
@@ -16,12 +17,15 @@ advise() sets both. Three presets, each 16-bit (`with_(precision="fp8")` for FP8
   kernels it runs without are no term of the model;
 * MEGATRON_DEEPSPEED: Megatron-DeepSpeed as vTrain measured it (benchmarks/advisor/vtrain_check.py):
   fp16, the attention's s x s scores materialised with softmax and dropout, gradients all-reduced
-  in fp16 after the backward, nothing overlapped but the input-gradient all-reduce."""
+  in fp16 after the backward, nothing overlapped but the input-gradient all-reduce.
+
+`ep_overlap` is off in every preset, on where a recipe sets it (`with_`): Megatron-Core's
+overlap_moe_expert_parallel_comm (helpers/advisor/time/expert_parallel.py `exposed`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-PRECISIONS = ("bf16", "fp8")
+PRECISIONS = ("bf16", "fp8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,8 @@ class Execution:
     overlap_param_gather: bool = True  # distributed optimizer's parameter all-gather under the first forward
     grad_reduce_bytes: int = 4  # bytes per gradient element the DP collective moves (fp32 or 16-bit)
     grad_accumulation_fused: bool = True  # weight-gradient GEMMs write into the fp32 buffer (no extra pass)
-    precision: str = "bf16"  # bf16 (16-bit GEMMs, fp16 too) | fp8 (the layers' linears in FP8)
+    precision: str = "bf16"  # bf16 (16-bit GEMMs, fp16 too) | fp8 (the layers' linears in FP8) | fp4 (in NVFP4)
+    ep_overlap: bool = False  # a MoE layer's all-to-all under the other microbatch's compute (combined 1F1B)
 
     def __post_init__(self):
         if self.attention not in ("flash", "materialised"):

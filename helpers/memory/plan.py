@@ -141,6 +141,8 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
         transient = 0.0
         for chunk_layers in layers[stage]:
             saved, chunk_transient = chunk_activation(model, lay, tr, chunk_layers)
+            if tr.offload_layers and chunk_layers:  # offloaded layers' activations live on the host
+                saved *= max(0, len(chunk_layers) - tr.offload_layers) / len(chunk_layers)
             per_chunk.append(saved)
             transient = max(transient, chunk_transient)
         n_flight = in_flight(lay, stage)
@@ -198,7 +200,8 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
             # (fp8_param_gather) the weight is the copy, and only the transpose is extra. Megatron-FSDP's
             # gathered layers are counted above.
             terms["workspace"] += (1 if tr.fp8_param_gather else 2) * te_fp8_weight_numel(model, lay, stage)
-        elif tr.precision == "fp8":  # the kit's: two FP8 layouts of each FP8 linear's weight per step (training_step)
+        elif tr.precision == "fp8" and lay.backend != "te":
+            # the kit's: two FP8 layouts of each FP8 linear's weight per step (training_step)
             terms["workspace"] += 2 * fp8_linear_numel(model, lay, stage)
             if tr.fp8_output_layer and stage == lay.pp - 1:
                 terms["workspace"] += 2 * model.vocab_size // tp * h

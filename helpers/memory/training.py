@@ -26,6 +26,9 @@ class Training:
     recompute_method: str | None = None
     recompute_num_layers: int | None = None
     recompute_modules: tuple[str, ...] | None = None
+    # Megatron's activation offloading (cpu_offloading with cpu_offloading_num_layers): the saved activations
+    # of that many of a model chunk's layers wait in host memory until their backward
+    offload_layers: int = 0
     grad_reduce_in_fp32: bool = True  # the DDP gradient buffers' dtype (JobSpec.grad_reduce_dtype; fp32 jobs: fp32)
     # Elements per gradient bucket with overlap_grad_reduce (JobSpec.overlap_bucket_size); None: one
     # bucket. The distributed optimizer pads every bucket, and each rank owns a slice of each.

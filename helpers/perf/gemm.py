@@ -16,7 +16,9 @@ projections) run at the GPU's dense FP8 peak times the same achieved fraction, r
 operands and writing 16-bit results. The rest stays 16-bit as Megatron-Core runs it: the router
 (a plain matmul), Mamba's chunked scan, the attention core, the output layer. The same fraction is
 an assumption (the H200's FP8 GEMMs are not measured here); the quantisation casts are the
-advisor's memory-bound term (helpers/advisor/time/elementwise.py)."""
+advisor's memory-bound term (helpers/advisor/time/elementwise.py). NVFP4 training (precision "fp4",
+Transformer Engine's NVFP4 recipe) runs the same linears at the GPU's dense FP4 peak (its datasheet,
+helpers/perf/gpus.py) times the same fraction, half-byte operands, an assumption of the same kind."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -27,6 +29,8 @@ from helpers.perf.rates import rates
 BYTES = 2  # bf16 / fp16 operands and results
 MEASURED_PEAK_TFLOPS = PROFILES["h200"].peak_bf16_tflops  # the GPU SIZE_CLASSES were measured on
 FP8_BYTES = 1  # an FP8 GEMM's operands (its result stays 16-bit)
+FP4_BYTES = 0.5  # an NVFP4 GEMM's operands (the per-16-value scales left out)
+LOW_PRECISION_BYTES = {"fp8": FP8_BYTES, "fp4": FP4_BYTES}
 
 # The forward GEMMs (layer_gemms.py) that are Transformer Engine linears, so FP8
 # with FP8 training: by name, or by the suffix an MLP's FCs carry (mlp., experts., shared_experts.)
@@ -74,9 +78,11 @@ class Gemm:
         return name in FP8_LINEARS or name.endswith(FP8_LINEAR_SUFFIXES)
 
     def bytes_in(self, precision: str) -> float:
-        """Bytes read and written in `precision`: FP8 reads 1-byte operands and writes a 16-bit result."""
-        if precision == "fp8" and self.fp8_linear:
-            return (FP8_BYTES * (self.m * self.k + self.k * self.n) + BYTES * self.m * self.n) * self.batch
+        """Bytes read and written in `precision`: FP8 reads 1-byte operands (FP4 half a byte) and writes a
+        16-bit result."""
+        if precision in LOW_PRECISION_BYTES and self.fp8_linear:
+            return (LOW_PRECISION_BYTES[precision] * (self.m * self.k + self.k * self.n)
+                    + BYTES * self.m * self.n) * self.batch
         return self.bytes
 
     def backward(self) -> list["Gemm"]:
@@ -95,7 +101,7 @@ def size_fraction(flops: float, classes: list[tuple[float, float]] = SIZE_CLASSE
 
 
 def seconds(g: Gemm, gpu: GpuProfile, precision: str = "bf16") -> float:
-    """`precision`: the job's ("bf16" or "fp8"); only the FP8 linears (Gemm.fp8_linear) take it."""
+    """`precision`: the job's ("bf16", "fp8" or "fp4"); only the FP8 linears (Gemm.fp8_linear) take it."""
     r = rates(gpu)
     own = precision if g.fp8_linear else "bf16"
     peak = gpu.peak_tflops(own)

@@ -38,7 +38,7 @@ class GpuProfile:
         return GpuProfile(**{**asdict(self), **changes})
 
     def peak_tflops(self, precision: str) -> float:
-        """The dense tensor-core peak for GEMMs in `precision` ("bf16" or "fp8")."""
+        """The dense tensor-core peak for GEMMs in `precision` ("bf16", "fp8" or "fp4")."""
         if precision == "bf16":
             return self.peak_bf16_tflops
         if precision == "fp8":
@@ -46,7 +46,12 @@ class GpuProfile:
                 raise ValueError(f"{self.name} has no FP8 tensor cores (its profile gives no peak_fp8_tflops): "
                                  "use bf16")
             return self.peak_fp8_tflops
-        raise ValueError(f"precision must be bf16 or fp8, not {precision!r}")
+        if precision == "fp4":
+            if self.peak_fp4_tflops is None:
+                raise ValueError(f"{self.name} has no FP4 tensor cores (its profile gives no peak_fp4_tflops): "
+                                 "use fp8 or bf16")
+            return self.peak_fp4_tflops
+        raise ValueError(f"precision must be bf16, fp8 or fp4, not {precision!r}")
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.advisor import bridge_best, bridge_table
+from benchmarks.advisor import bridge_best, bridge_rows
 from helpers.advisor.time.step import TERMS, StepTime
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "results" / "advisor_bridge.md"
-ROW = bridge_table.Published("25.11", "DGX-H100", "LLAMA3_8B", 8, "FP8-CS", 128, 1, 8192, 0, 1, 1, 1, None, 1, 14451.0)
+ROW = bridge_rows.Published("25.11", "DGX-H100", "LLAMA3_8B", 8, "FP8-CS", 128, 1, 8192, 0, 1, 1, 1, None, 1, 14451.0)
 
 
 def _step(tokens_per_s: float, **terms) -> StepTime:

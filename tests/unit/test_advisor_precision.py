@@ -95,7 +95,11 @@ def test_a_gpu_without_fp8_refuses_it_and_precision_is_checked():
     with pytest.raises(ValueError, match="no FP8 tensor cores"):
         advise(preset("tiny-gpt"), gpus=2, gpu="a100-80gb", seq_len=256, precision="fp8")
     with pytest.raises(ValueError, match="precision must be"):
-        Execution("x", precision="fp4")
+        Execution("x", precision="int8")
+    with pytest.raises(ValueError, match="no fp4"):
+        advise(preset("tiny-gpt"), gpus=2, gpu="b200", seq_len=256, precision="fp4")
+    with pytest.raises(ValueError, match="no FP4 tensor cores"):
+        H100.peak_tflops("fp4")
 
 
 def test_fp8_on_the_command_line_plans_times_and_says_so(capsys):
@@ -169,3 +173,17 @@ def test_a_users_profile_may_give_fp8_and_its_nvlink_domain(tmp_path):
     path.write_text(json.dumps({**base, "nvlink_domain": 2.5}))
     with pytest.raises(ValueError, match="nvlink_domain must be a whole number"):
         gpus.load(path)
+
+
+def test_nvfp4_gemms_take_the_datasheet_fp4_peak_and_half_byte_operands():
+    """precision fp4 (Transformer Engine's NVFP4): the FP8 linears at the GPU's dense FP4 peak (its
+    datasheet), the same achieved fraction, half-byte operands; the rest stays 16-bit."""
+    b200 = gpus.PROFILES["b200"]
+    assert b200.peak_tflops("fp4") == 9000.0 == 2 * b200.peak_tflops("fp8")
+    g = Gemm("mlp.fc1", 8192, 8192, 28672)
+    assert g.bytes_in("fp4") == 0.5 * (8192 * 8192 + 8192 * 28672) + 2 * 8192 * 28672
+    r = rates(b200)
+    rate = 9000e12 * r.gemm_fraction * gemm.size_fraction(g.flops * gemm.MEASURED_PEAK_TFLOPS / 9000.0)
+    assert gemm.seconds(g, b200, "fp4") == pytest.approx(g.flops / rate)
+    router = Gemm("router", 8192, 8192, 128)
+    assert gemm.seconds(router, b200, "fp4") == gemm.seconds(router, b200, "bf16")

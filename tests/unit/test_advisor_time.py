@@ -8,8 +8,8 @@ import pytest
 
 from benchmarks.advisor import gemm_sizes
 from helpers.advisor.execution import KIT_LOCAL, MEGATRON_CORE, MEGATRON_DEEPSPEED
-from helpers.advisor.time import (attention, context_parallel, data_parallel, elementwise, expert_parallel, optimizer,
-                                  pipeline, recompute, step, tensor_parallel)
+from helpers.advisor.time import (attention, context_parallel, data_parallel, elementwise, expert_parallel, layer,
+                                  optimizer, pipeline, recompute, step, tensor_parallel)
 from helpers.job.layout import Layout
 from helpers.job.models import preset
 from helpers.memory.training import Training
@@ -289,3 +289,42 @@ def test_an_all_to_all_across_nodes_goes_through_each_ranks_own_port():
     assert a2a == pytest.approx(nbytes * 24 / 32 / (50e9 * EFF) + calibration.RING_BASE_LATENCY_S
                                 + LAT["inter"])
     assert a2a > 7 * collectives.seconds("all_to_all", nbytes, 8, links.of(Layout(nproc=8, ep=8, etp=1), "ep", 8, h100))
+
+
+def test_the_expert_all_to_all_hides_under_the_other_directions_compute():
+    """Megatron-Core's overlap_moe_expert_parallel_comm: a forward all-to-all runs under the other
+    microbatch's backward compute, a backward one under the forward compute, at most that compute."""
+    assert expert_parallel.exposed((1.0, 1.0), (0.5, 3.0)) == (0.0, 0.5)
+    assert expert_parallel.exposed((4.0, 2.0), (3.0, 1.0)) == (3.0, 0.0)
+    moe = preset("qwen3-30b-a3b")
+    assert expert_parallel.overlaps(Layout(nproc=8, ep=8, etp=1), "none")
+    assert not expert_parallel.overlaps(Layout(nproc=8, ep=1, etp=1), "none")  # no EP: nothing to overlap
+    assert not expert_parallel.overlaps(Layout(nproc=8, pp=2, ep=4, etp=1), "none")  # PP needs virtual stages
+    assert expert_parallel.overlaps(Layout(nproc=8, pp=2, vpp=2, ep=4, etp=1), "selective")
+    assert not expert_parallel.overlaps(Layout(nproc=8, ep=8, etp=1), "full")
+    lay = Layout(nproc=8, ep=8, etp=1, seq_len=4096)
+    link = {axis: links.of(lay, axis, 8, GPU) for axis in ("tp", "etp", "cp", "ep")}
+    plain = layer.of_kind(moe, lay, "moe", GPU, link, MEGATRON_CORE, "none")
+    hidden = layer.of_kind(moe, lay, "moe", GPU, link, MEGATRON_CORE.with_(ep_overlap=True), "none")
+    compute = [sum(t[p] for p in ("gemm", "attention", "elementwise")) for t in (plain.forward, plain.backward)]
+    assert (hidden.forward["ep"], hidden.backward["ep"]) == pytest.approx(
+        expert_parallel.exposed((plain.forward["ep"], plain.backward["ep"]), (compute[0], compute[1])))
+    assert {k: v for k, v in hidden.forward.items() if k != "ep"} == \
+        {k: v for k, v in plain.forward.items() if k != "ep"}
+
+
+def test_selective_recompute_runs_the_named_modules_forward_again():
+    assert recompute.extra_seconds("selective", 3.0, 1.0, ("layernorm", "moe_act"),
+                                   {"layernorm": 0.25, "moe_act": 0.5, "moe": 2.0}) == 0.75
+    assert recompute.extra_seconds("selective", 3.0, 1.0, ("mla_up_proj",), {"layernorm": 0.25}) == 0.0  # not here
+    with pytest.raises(ValueError, match="not timed"):
+        recompute.extra_seconds("selective", 3.0, 1.0, ("everything",))
+    moe = preset("qwen3-30b-a3b")
+    lay = Layout(nproc=8, ep=8, etp=1, seq_len=4096)
+    link = {axis: links.of(lay, axis, 8, GPU) for axis in ("tp", "etp", "cp", "ep")}
+    t = layer.of_kind(moe, lay, "moe", GPU, link, MEGATRON_CORE, "selective", ("layernorm", "moe_act"))
+    norms = 2 * 4096 * 2 * moe.hidden_size * 2 / ELEMENTWISE  # two norms, input read and output written
+    act = 4096 * 3 * (moe.moe_router_topk * moe.expert_ffn) * 2 / ELEMENTWISE  # gated: 3 values per FFN unit
+    assert elementwise.norms(moe, lay, GPU)[0] == pytest.approx(norms)
+    assert elementwise.activation(moe, lay, GPU, "moe")[0] == pytest.approx(act)
+    assert t.backward["recompute"] == pytest.approx(norms + act)

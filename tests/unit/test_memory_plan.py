@@ -179,3 +179,28 @@ def test_hybrid_pattern_cut_into_pipeline_stages():
     assert b[0] == a[0] + moved and moved == "*"
     extra = sum(p.numel for p in layer_params(nano, uneven, 26))
     assert static_memory(nano, uneven, Training()).params - static_memory(nano, even, Training()).params == extra
+
+
+def test_offloaded_layers_leave_their_activations_on_the_host():
+    """Megatron's activation offloading (Training.offload_layers): of a chunk's L layers, the saved
+    activations of L - offload stay on the GPU; the rest of the plan does not change."""
+    m = models.preset("llama3-8b")
+    lay = Layout(nproc=8, seq_len=4096, backend="te")
+    kept = plan_memory(m, lay, Training(dist_opt=True)).stages[0].terms
+    offloaded = plan_memory(m, lay, Training(dist_opt=True, offload_layers=8)).stages[0].terms
+    per_layer = (kept["activations"] - 4096 * 8) / m.num_layers  # less the token ids the embedding keeps
+    assert offloaded["activations"] == pytest.approx(kept["activations"] - 8 * per_layer, rel=1e-9)
+    assert {k: v for k, v in offloaded.items() if k != "activations"} == \
+        {k: v for k, v in kept.items() if k != "activations"}
+
+
+def test_megatron_fsdp_with_te_fp8_holds_no_whole_model_fp8_copy():
+    """With Transformer Engine and Megatron-FSDP the FP8 weights exist for the gathered layers only
+    (fsdp_gathered_bytes); the kit's local FP8 linears' copy of every weight is not added."""
+    m = models.preset("llama3-8b")
+    lay = Layout(nproc=8, seq_len=4096, backend="te")
+    fsdp = Training(precision="fp8", dist_opt=True, fsdp="optim_grads_params")
+    workspace = plan_memory(m, lay, fsdp).stages[0].terms["workspace"]
+    bf16 = plan_memory(m, lay, Training(precision="bf16", dist_opt=True, fsdp="optim_grads_params"))
+    # the same gathered layers and transients as bf16, well under one bf16 copy of the model's linears
+    assert workspace - bf16.stages[0].terms["workspace"] < 0.05 * 2 * m.approx_params()

@@ -29,6 +29,28 @@ def ffn_width(model: ModelPreset, kind: str) -> tuple[float, str]:
     return 0, style
 
 
+# Values per hidden unit and token a norm moves, forward and backward: its input read and output
+# written; the backward reads the input, the output gradient and writes the input gradient (the
+# statistics left out)
+NORM_PER_HIDDEN = (2, 3)
+
+
+def norms(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> tuple[float, float]:
+    """(forward, backward) seconds of a layer's norms (two in a transformer layer, one in a hybrid's), a
+    part of `layer`'s per-hidden terms."""
+    h = model.hidden_size / (lay.tp if lay.sp else 1)
+    count = 1 if model.is_hybrid else 2
+    rate = rates(gpu).elementwise_gb_per_s * 1e9
+    return tuple(count * tokens(lay) * per * h * BF16 / rate for per in NORM_PER_HIDDEN)
+
+
+def activation(model: ModelPreset, lay: Layout, gpu: GpuProfile, kind: str) -> tuple[float, float]:
+    """(forward, backward) seconds of a layer's MLP activation (the experts' with MoE), `layer`'s FFN terms."""
+    width, style = ffn_width(model, kind)
+    rate = rates(gpu).elementwise_gb_per_s * 1e9
+    return tuple(tokens(lay) * per * width / lay.tp * BF16 / rate for per in ELEMENTWISE_PER_FFN[style])
+
+
 # Bytes per value an FP8 linear's quantisation moves (Transformer Engine): its bf16 input read, the FP8
 # copy and the FP8 transpose the weight gradient reads written; the same for its output gradient in the
 # backward. (TE fuses some of them into the norm or the activation before; counted as separate passes.)
@@ -57,7 +79,7 @@ def layer(model: ModelPreset, lay: Layout, gpu: GpuProfile, kind: str,
     if kind in ("moe", "E"):
         routing = moe_routing(model, lay, gpu)
         out = (out[0] + routing[0], out[1] + routing[1])
-    if precision == "fp8":
+    if precision in ("fp8", "fp4"):  # NVFP4's casts counted as FP8's (a smaller copy, plus its scales)
         casts = fp8_casts(model, lay, gpu, kind)
         out = (out[0] + casts[0], out[1] + casts[1])
     return out

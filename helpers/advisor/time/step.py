@@ -66,7 +66,8 @@ def predict(model: ModelPreset, lay: Layout, training: Training, gpu: GpuProfile
 
     def kind_time(kind: str) -> layer.LayerTime:
         if kind not in kinds:
-            kinds[kind] = layer.of_kind(model, lay, kind, gpu, link, execution, training.recompute)
+            kinds[kind] = layer.of_kind(model, lay, kind, gpu, link, execution, training.recompute,
+                                        training.recomputed_modules)
         return kinds[kind]
 
     out_gemm = layer_gemms.output_layer(model, lay)
