@@ -12,7 +12,7 @@ the forms a learner would recognise it by, chosen per type:
 - a single letter or word that the question offers as a choice ("A", "alltoall"): skipped, since the
   question names every choice; lists of such letters, and dicts of such names (10's refusing rules,
   chosen from the rules the question lists), likewise;
-- a whole command line (19's `megatron_command`): skipped, since the lesson must give the job's
+- a whole command line (20's `megatron_command`): skipped, since the lesson must give the job's
   model flags itself, and several commands pass;
 - a written layout (11's `my_layout`, a dict of sizes): skipped, since several layouts pass and the
   lesson names every size it is made of;

@@ -81,7 +81,7 @@ import time
 from pathlib import Path
 
 from helpers.launch.torchrun import kill_group
-from helpers.rundir import megatron_lm_log
+from helpers.rundir.megatron_lm_log import parse_megatron_log
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PAGE = REPO_ROOT / "docs" / "results" / "megatron_lm_roundtrip.md"
@@ -225,56 +225,7 @@ def datasets_makefile() -> dict:
     return dict(info, written=True, makefile=str(makefile))
 
 
-# ---- parsing the logs ------------------------------------------------------------------------------------------
-ITERATION_LINE = re.compile(r"\biteration\s+(\d+)/\s*(\d+)\s*\|(.*)$")
-EVAL_LINE = re.compile(r"validation loss at (.+?) \| lm loss value: ([^\s|]+)")
-LOADED_LINE = re.compile(r"successfully loaded checkpoint from (\S+).*?at iteration (\d+)")
-
-
-def _field(rest: str, name: str) -> float | None:
-    m = re.search(re.escape(name) + r":\s*([^\s|]+)", rest)
-    try:
-        return float(m.group(1)) if m else None
-    except ValueError:
-        return None
-
-
-def parse_megatron_log(text: str) -> dict:
-    """Megatron-LM's training log: per iteration the "lm loss", grad norm, learning rate and step time;
-    every "validation loss at <where> | lm loss value: X" line (the test set's too: "... on test set"); the
-    "successfully loaded checkpoint from DIR ... at iteration I" line.
-
-    The printed "lm loss" is the mean over the iterations accumulated since the last reset, and
-    training_log (megatron/training/training.py) does not reset after the first iteration of a run, which
-    it prints to show the start-up's cost (`should_reset = not is_first_iteration`; a resumed run's first
-    iteration too). With --log-interval 1 the second line of every run therefore prints the mean of its
-    first two iterations; `losses` holds each iteration's own loss (helpers/rundir/megatron_lm_log.py),
-    `printed_losses` the lines as printed."""
-    out = {"iterations": [], "losses": [], "printed_losses": [], "grad_norms": [], "lrs": [], "step_ms": [],
-           "evals": [], "loaded": None}
-    for line in text.splitlines():
-        m = ITERATION_LINE.search(line)
-        if m and "lm loss:" in m.group(3):
-            rest = m.group(3)
-            out["iterations"].append(int(m.group(1)))
-            out["printed_losses"].append(_field(rest, "lm loss"))
-            out["grad_norms"].append(_field(rest, "grad norm"))
-            out["lrs"].append(_field(rest, "learning rate"))
-            out["step_ms"].append(_field(rest, "elapsed time per iteration (ms)"))
-            continue
-        m = EVAL_LINE.search(line)
-        if m:
-            try:
-                out["evals"].append({"at": m.group(1).strip(), "loss": float(m.group(2))})
-            except ValueError:
-                pass
-            continue
-        m = LOADED_LINE.search(line)
-        if m:
-            out["loaded"] = {"from": m.group(1), "iteration": int(m.group(2))}
-    rows = megatron_lm_log.read(text)["iterations"]  # each iteration's own loss (the second line corrected)
-    out["losses"] = [rows.get(i, {}).get("loss") for i in out["iterations"]]
-    return out
+# ---- parsing the logs: helpers/rundir/megatron_lm_log.py parse_megatron_log ----------------------------------
 
 
 def megatron_eval(evals: list[dict], n: int, trained: bool) -> tuple[dict | None, dict | None]:

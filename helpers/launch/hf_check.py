@@ -67,15 +67,16 @@ def evaluated_samples(run, split: str = "valid") -> list[dict]:
         return [dataset[i] for i in range(spec.eval_iters * spec.global_batch_size)]
 
 
-def transformers_loss(run, split: str = "valid") -> float:
+def transformers_loss(run, split: str = "valid", folder=None) -> float:
     """transformers' mean loss (fp32, eager attention) on exactly the samples the run evaluated, on the
     HF folder the run imported: what the run's first validation pass must equal (every sample of a
-    text source counts all its tokens, so the means compare directly)."""
+    text source counts all its tokens, so the means compare directly). `folder`: another HF folder
+    of the same model and tokenizer (a later job's export) asked on the same samples instead."""
     import torch
     import transformers
 
     transformers.utils.logging.disable_progress_bar()
-    hf = transformers.AutoModelForCausalLM.from_pretrained(run.spec.hf_model, dtype=torch.float32,
+    hf = transformers.AutoModelForCausalLM.from_pretrained(folder or run.spec.hf_model, dtype=torch.float32,
                                                            attn_implementation="eager").eval()
     total = count = 0.0
     with torch.no_grad():

@@ -1,7 +1,7 @@
 """The capstone's grading of a learner's command on the real reading and planner: Llama-3-8B on 16
 H100 80GB with TP 1 and micro batch 1 fits only with activation recompute, so the command that omits
 it fails the recompute part with its hint, and the same command asking for it passes that part; and
-a 16-GPU command is shrunk to a few CPU processes with its layout kept (lesson 19 runs it)."""
+a 16-GPU command is shrunk to a few CPU processes with its layout kept (lesson 20 runs it)."""
 import dataclasses
 
 import pytest
@@ -67,6 +67,6 @@ def test_a_16_gpu_command_shrinks_to_one_replica_with_its_layout(tp, pp, process
                f"--pipeline-model-parallel-size {pp} --micro-batch-size 1")
     full = from_megatron.read_megatron_args(command).spec(nproc=16, device="cuda")
     small, changes = from_megatron.shrink(full, iters=3)
-    assert small.nproc == processes and "world_size 16 -> %d" % processes in changes  # lesson 19 runs up to 4
+    assert small.nproc == processes and "world_size 16 -> %d" % processes in changes  # lesson 20 runs up to 4
     assert (small.tp, small.pp, small.sp, small.dist_opt) == (tp, pp, True, True)
     assert small.data == "/data/llama3/corpus_text_document"  # the cluster's corpus: the lesson runs synthetic here

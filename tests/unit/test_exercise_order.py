@@ -7,8 +7,8 @@ importing the notebook suite), searched in the forms tests/exercise_answers.py c
 Two more rules cover what that search cannot: a flag answer is named in no cell's source at all (a
 learner reads every cell's source whether it ran or not: the lesson prints the flags from the job's
 record, under `exercises.reveal`); and what gives away an answer the search skips (11's ranking of the
-layouts, 19's first ranks, 13's endings, 04's bars, 06's schedule) is printed only after the
-check, inside an `if` on `exercises.shown(...)`."""
+layouts, 20's first ranks, 13's endings, 04's bars, 06's schedule, 19's launch lines and diagnoses)
+is printed only after the check, inside an `if` on `exercises.shown(...)`."""
 import ast
 import json
 import re
@@ -26,7 +26,9 @@ GIVEAWAYS = {
     "06_pipeline_parallel": [("pp_bubble", "schedule.plot_ideal(4, 12)")],
     "11_choose_a_layout": [("my_layout", "print(table(advice, top=12))")],
     "13_failure_modes": [("ends_by_timeout", 'print(f"{k}  {f}: ended {endings[f][1]}')],
-    "19_capstone": [("megatron_command", "print(table(advice, top=TOP))")],
+    "19_data_launch_logs": [("node_commands", 'print("SLURM: srun --nodes 2 --ntasks-per-node 1 torchrun'),
+                            ("log_diagnosis", 'print(f"{k}  {truth[k]}: {found[k][2]}")')],
+    "20_capstone": [("megatron_command", "print(table(advice, top=TOP))")],
 }
 GATES = ("shown", "reveal")
 

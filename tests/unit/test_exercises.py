@@ -214,3 +214,115 @@ def test_a_written_layout_the_rules_refuse_gets_the_rules_message_and_one_that_d
     assert "over the 80 GiB" in said and "optimizer_states" in said, said
     assert exercises.check_layout_choice(None, llama_on_8) is False
     assert "not answered yet" in capsys.readouterr().out
+
+
+# ---- 19: a blend's --data-path, each node's torchrun line, four logs diagnosed --------------------------
+NODE = ("torchrun --nnodes 2 --nproc-per-node 2 --node-rank {r} --rdzv-backend c10d --rdzv-endpoint n0:29500 "
+        "--rdzv-id job pretrain_gpt.py --tensor-model-parallel-size 2")
+STATIC = "torchrun --nnodes 2 --nproc-per-node 2 --node-rank {r} --master-addr n0 --master-port 29500 pretrain_gpt.py"
+
+
+@pytest.mark.parametrize("commands, failing", [
+    ([NODE.format(r=0), NODE.format(r=1)], []),
+    ([NODE.format(r=0), NODE.format(r=0)], []),  # c10d numbers the nodes itself
+    ([STATIC.format(r=0), STATIC.format(r=1)], []),
+    ([STATIC.format(r=0), STATIC.format(r=0)], ["node ranks"]),
+    ([STATIC.format(r=0), STATIC.format(r=1).replace("29500", "29501")], ["one rendezvous"]),
+    ([NODE.format(r=0), NODE.format(r=1).replace("job", "other")], ["one rendezvous"]),
+    ([c.replace("--nproc-per-node 2", "--nproc-per-node 4") for c in (NODE.format(r=0), NODE.format(r=1))],
+     ["nodes x processes"]),
+    ([c.replace("pretrain_gpt.py", "train.py") for c in (NODE.format(r=0), NODE.format(r=1))], ["script"]),
+    (["torchrun --standalone --nnodes 2 --nproc-per-node 2 pretrain_gpt.py"] * 2, ["not standalone", "node ranks"]),
+])
+def test_two_node_launch_is_read_by_torchruns_parser_and_judged_in_parts(commands, failing, capsys):
+    assert exercises.check_two_node_launch(commands, world_size=4, nnodes=2) is (not failing)
+    said = capsys.readouterr().out
+    assert sorted(line[4:].split(":")[0] for line in said.splitlines() if line.startswith("no ")) == sorted(failing)
+    assert said.splitlines()[-1].startswith("correct: " if not failing else "not yet: ")
+
+
+@pytest.mark.parametrize("answer, says", [
+    ("torchrun --nnodes 2 pretrain_gpt.py", "one per node"),
+    (["torchrun --nnodes 2 --nproc-per-node 2", NODE.format(r=1)], "torchrun refuses"),
+    (["srun pretrain_gpt.py", NODE.format(r=1)], "does not start with torchrun"),
+    ([NODE.format(r=0), "torchrun --nnodes 2 --nproc-per-node 2 'pretrain_gpt.py"], "close the quote"),
+    ([NODE.format(r=0).replace("--nnodes 2", "--nnodes two"), NODE.format(r=1)], "whole numbers"),
+])
+def test_a_garbled_launch_gets_one_message_and_the_lesson_goes_on(answer, says, capsys):
+    assert exercises.check_two_node_launch(answer, world_size=4, nnodes=2) is False
+    said = capsys.readouterr().out
+    assert said.startswith("not yet: ") and says in said and said.count("not yet") == 1, said
+    assert exercises.check_two_node_launch(None, world_size=4, nnodes=2) is False
+    assert "not answered yet" in capsys.readouterr().out
+
+
+def test_log_diagnosis_is_graded_per_letter_and_names_only_the_wrong_letters(capsys):
+    truth = {"A": "NaN", "B": "throughput drop", "C": "skipped iterations", "D": "loss spike"}
+    assert exercises.check_log_diagnosis({"a": "nan", "B": "Throughput drop", "C": "skipped iterations",
+                                          "D": "loss spike"}, truth) is True
+    assert capsys.readouterr().out.startswith("correct: ")
+    assert exercises.check_log_diagnosis({**truth, "B": "loss spike", "D": "throughput drop"}, truth) is False
+    said = capsys.readouterr().out
+    assert "Not right: B, D." in said and "NaN" not in said.split("is not it.")[1]
+    assert exercises.check_log_diagnosis({"A": "overflow"}, truth) is False
+    assert "'overflow' is none of" in capsys.readouterr().out
+    assert exercises.check_log_diagnosis({"D": "loss spike"}, {"D": "loss spike"}) is True  # only the logs there
+    capsys.readouterr()
+    assert exercises.check_log_diagnosis(truth, {}) is False
+    assert "no log to diagnose" in capsys.readouterr().out
+    assert exercises.check_log_diagnosis(None, truth) is False
+    assert "not answered yet" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def two_corpora(tmp_path_factory):
+    from helpers.job.data.tokenizers import ByteTokenizer
+    from helpers.runtime.data import blend
+
+    root = tmp_path_factory.mktemp("blend")
+    for name, word in (("wiki_valid", "valid "), ("wiki_test", "test ")):
+        blend.write_documents(root / name, [word * (300 + 7 * i) for i in range(20)], ByteTokenizer())
+    return root, ByteTokenizer()
+
+
+@pytest.mark.parametrize("answer, passes, says", [
+    ("0.7 wiki_valid 0.3 wiki_test", True, "wiki_valid 70.0%, wiki_test 30.0%"),
+    ("70 wiki_valid 30 wiki_test", True, "wiki_valid 70.0%"),
+    ("0.3 wiki_valid 0.7 wiki_test", False, "wiki_valid 30.0%"),
+    ("0.7 wiki_valid", False, "wiki_valid 100.0%"),
+    ("0.7 wiki_valid 0.3 wiki_tset", False, "no indexed dataset at wiki_tset"),
+    ("wiki_valid wiki_test", False, "no weights"),
+    ("0.7, wiki_valid, 0.3, wiki_test", False, "no weights"),
+])
+def test_a_data_path_is_graded_on_the_shares_its_blend_draws(two_corpora, answer, passes, says, capsys):
+    root, tok = two_corpora
+    target = {"wiki_valid": 0.7, "wiki_test": 0.3}
+    assert exercises.check_data_path(answer, root, target, tok, samples=200, seq_len=64) is passes
+    said = capsys.readouterr().out
+    assert says in said and said.splitlines()[-1].startswith("correct: " if passes else "not yet: "), said
+
+
+# 18's continued-pretraining choices as the lesson's jobs measured them: (lr, iters), held-out logs
+# (before, after), WikiText-2 (before, after)
+CPT_RUNS = {"too little": (3e-5, 4, (3.773, 2.974), (3.9009, 3.8898)),
+            "too much": (1e-3, 4, (3.773, 1.580), (3.9009, 5.8661)),
+            "over the budget": (2e-4, 10, (3.773, 1.6), (3.9009, 3.93))}
+
+
+@pytest.mark.parametrize("case, says", [("too little", "not learned yet"), ("too much", "forgot general text"),
+                                        ("over the budget", "outside the budget of 1 to 8")])
+def test_a_cpt_choice_fails_on_the_side_it_missed_and_names_only_that_side(case, says, capsys):
+    lr, iters, held_out, general = CPT_RUNS[case]
+    assert exercises.check_cpt_choice(lr, iters, held_out=held_out, general=general, budget=8) is False
+    said = capsys.readouterr().out
+    assert said.startswith("not yet: ") and says in said, said
+    others = {"too little": "not learned yet", "too much": "forgot general text"}
+    assert not any(v in said for k, v in others.items() if k != case), said
+
+
+def test_a_cpt_choice_that_learns_the_form_and_keeps_general_text_passes(capsys):
+    assert exercises.check_cpt_choice(2e-4, 4, held_out=(3.773, 1.6), general=(3.9009, 3.93), budget=8) is True
+    assert capsys.readouterr().out.splitlines()[-1].startswith("correct: ")
+    # a learned form with a rise just over the bound still fails: the bound is the grade, not a hint
+    assert exercises.check_cpt_choice(2e-4, 4, held_out=(3.773, 1.6), general=(3.9009, 3.9009 * 1.021),
+                                      budget=8) is False

@@ -83,7 +83,7 @@ def test_lessons_give_megatron_cores_overlap_grad_reduce_default():
     assert not wrong, f"Megatron-Core's overlap_grad_reduce defaults to {default}; say so:\n" + "\n".join(wrong)
 
 
-def test_lesson_19_says_who_turns_fp32_gradient_reduction_on():
+def test_lesson_20_says_who_turns_fp32_gradient_reduction_on():
     assert ddp_defaults().grad_reduce_in_fp32 is False
     # Megatron-LM's validate_args sets accumulate_allreduce_grads_in_fp32 (its name for Core's
     # grad_reduce_in_fp32) inside `if args.bf16:`.
@@ -91,7 +91,7 @@ def test_lesson_19_says_who_turns_fp32_gradient_reduction_on():
     bf16 = [n for n in ast.walk(validate) if isinstance(n, ast.If) and ast.unparse(n.test) == "args.bf16"]
     assert bf16 and any(isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "args.accumulate_allreduce_grads_in_fp32"
                         and ast.unparse(n.value) == "True" for n in ast.walk(bf16[0]))
-    text = lesson_text("19")
+    text = lesson_text("20")
     assert "`grad_reduce_in_fp32` defaults to `False`" in text
     assert "`validate_args` turns it on for `--bf16`" in text and "`accumulate_allreduce_grads_in_fp32`" in text
     everywhere = "\n".join(lesson_text(n) for n in NOTEBOOKS)

@@ -83,3 +83,54 @@ def test_validation_and_test_lines():
     assert got == [{"split": "validation", "iteration": 20, "after_training": False, "loss": 2.720379},
                    {"split": "validation", "iteration": 20, "after_training": True, "loss": 2.8},
                    {"split": "test", "iteration": 20, "after_training": True, "loss": 2.72124}]
+
+
+# Real lines of Megatron-LM's pretrain_gpt.py on an H100 (data/megatron_lm_logs/healthy.log), as printed
+REAL = """\
+ [2026-12-06 16:41:49.601900] iteration        1/      20 | consumed samples:           16 | elapsed time per iteration (ms): 1687.3 | learning rate: 3.000000E-04 | global batch size:    16 | lm loss: 6.247449E+00 | loss scale: 1.0 | grad norm: 14.307 | number of skipped iterations:   0 | number of nan iterations:   0 |
+Theoretical memory footprints: weight and optimizer=31.58 MB, activation=37.55 MB, total=69.12 MB
+
+[Rank 0] (after 1 iterations) memory (MB) | allocated: 97.64 | max allocated: 139.43 | reserved: 178.00 | max reserved: 178.00
+ [2026-12-06 16:41:49.700954] iteration        2/      20 | consumed samples:           32 | elapsed time per iteration (ms): 893.1 | learning rate: 3.000000E-04 | global batch size:    16 | lm loss: 5.881635E+00 | loss scale: 1.0 | grad norm: 7.494 | number of skipped iterations:   0 | number of nan iterations:   0 |
+ [2026-12-06 16:41:49.776317] iteration        3/      20 | consumed samples:           48 | elapsed time per iteration (ms): 75.3 | learning rate: 3.000000E-04 | global batch size:    16 | lm loss: 5.150181E+00 | loss scale: 1.0 | grad norm: 4.834 | number of skipped iterations:   0 | number of nan iterations:   0 |
+[Rank 0] (before save_checkpoint for iteration 10) memory (MB) | allocated: 97.64 | max allocated: 153.46 | reserved: 130.00 | max reserved: 192.00
+ validation loss at iteration 20 on test set | lm loss value: 3.381055E+00 | lm loss PPL: 2.940177E+01 | 
+"""
+
+
+def test_every_field_of_real_iteration_and_memory_lines():
+    got = megatron_lm_log.parse_megatron_log(REAL)
+    assert got["iterations"] == [1, 2, 3]
+    assert got["printed_losses"] == [6.247449, 5.881635, 5.150181]
+    assert abs(got["losses"][1] - (2 * 5.881635 - 6.247449)) < 1e-12 and got["losses"][2] == 5.150181
+    assert got["consumed_samples"] == [16, 32, 48] and got["global_batches"] == [16, 16, 16]
+    assert got["step_ms"] == [1687.3, 893.1, 75.3] and got["lrs"] == [3e-4] * 3
+    assert got["grad_norms"] == [14.307, 7.494, 4.834] and got["loss_scales"] == [1.0] * 3
+    assert got["skipped"] == [0, 0, 0] and got["nan"] == [0, 0, 0]
+    assert got["theoretical_memory_mb"] == {"weight_and_optimizer": 31.58, "activation": 37.55, "total": 69.12}
+    assert got["memory_mb"] == [
+        {"rank": 0, "when": "after 1 iterations", "after_iterations": 1, "allocated": 97.64, "max_allocated": 139.43,
+         "reserved": 178.0, "max_reserved": 178.0},
+        {"rank": 0, "when": "before save_checkpoint for iteration 10", "after_iterations": None, "allocated": 97.64,
+         "max_allocated": 153.46, "reserved": 130.0, "max_reserved": 192.0}]
+    assert got["evals"] == [{"at": "iteration 20 on test set", "loss": 3.381055}] and got["loaded"] is None
+    assert got["rows"][3] == {"consumed_samples": 48, "step_ms": 75.3, "lr": 3e-4, "global_batch": 16, "loss": 5.150181,
+                              "loss_scale": 1.0, "grad_norm": 4.834, "skipped": 0, "nan": 0}
+
+
+def test_a_nan_line_prints_no_loss_and_is_kept_in_rows_only():
+    """training_log prints a loss only when its mean is >= 0: a NaN iteration's line has none."""
+    line = (" iteration        5/      20 | consumed samples:           80 | elapsed time per iteration (ms): 75.0 | "
+            "learning rate: 3.000000E-04 | global batch size:    16 | loss scale: 1.0 | grad norm: nan | "
+            "number of skipped iterations:   0 | number of nan iterations:   1 |")
+    got = megatron_lm_log.parse_megatron_log(line)
+    assert got["iterations"] == [] and got["rows"][5]["nan"] == 1 and "loss" not in got["rows"][5]
+
+
+def test_the_committed_healthy_log_reads_whole():
+    from helpers.rundir.log_symptoms import HEALTHY, LOG_DIR
+
+    got = megatron_lm_log.parse_megatron_log((LOG_DIR / HEALTHY).read_text())
+    assert got["iterations"] == list(range(1, 21)) and got["consumed_samples"] == [16 * i for i in range(1, 21)]
+    assert got["printed_losses"][-1] == 3.51235 and got["step_ms"][:2] == [1687.3, 893.1]
+    assert [e["at"] for e in got["evals"]] == ["iteration 20", "iteration 20 on validation set", "iteration 20 on test set"]

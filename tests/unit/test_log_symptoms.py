@@ -1,0 +1,72 @@
+"""The symptoms of a Megatron-LM run gone wrong, found in its log (helpers/rundir/log_symptoms.py): the
+real healthy log shows none; the same log with one line changed the way each failure prints shows
+that symptom, at that iteration; the letters of lesson 19's logs are fixed by their seed (the
+notebook suite's answer depends on them)."""
+import re
+
+import pytest
+
+from helpers.rundir import log_symptoms
+
+HEALTHY = (log_symptoms.LOG_DIR / log_symptoms.HEALTHY).read_text()
+
+
+def edited(change) -> str:
+    """The healthy log after `change(iteration, line)` rewrote its iteration lines."""
+    out = []
+    for line in HEALTHY.splitlines():
+        m = re.search(r" iteration +(\d+)/", line)
+        out.append(change(int(m.group(1)), line) if m else line)
+    return "\n".join(out)
+
+
+def test_the_healthy_log_shows_no_symptom():
+    assert log_symptoms.give_away(HEALTHY) is None
+
+
+def times(factor, start):
+    return lambda i, line: re.sub(r"\(ms\): (\S+)", lambda m: f"(ms): {factor * float(m.group(1)):.1f}", line) \
+        if i >= start else line
+
+
+@pytest.mark.parametrize("change, symptom, at", [
+    (lambda i, line: re.sub(r" lm loss: \S+ \|", "", line).replace("nan iterations:   0", "nan iterations:   1")
+     if i == 15 else line, "NaN", 15),
+    (lambda i, line: line.replace("skipped iterations:   0", "skipped iterations:   1").replace("loss scale: 1.0",
+                                                                                                  "loss scale: 0.5")
+     if i == 4 else line, "skipped iterations", 4),
+    (lambda i, line: re.sub(r"lm loss: (\S+)", lambda m: f"lm loss: {2 * float(m.group(1)):.6E}", line)
+     if i == 14 else line, "loss spike", 14),
+    (times(2.5, 14), "throughput drop", 14),
+])
+def test_each_symptom_is_found_at_its_line(change, symptom, at):
+    found = log_symptoms.give_away(edited(change))
+    assert found is not None and found[:2] == (symptom, at), found
+
+
+def test_a_nan_the_result_validation_caught_stops_the_run_before_its_line():
+    """Megatron-LM's default --check-for-nan-in-loss-and-grad: the rerun state machine logs the rejected
+    result (megatron/core/rerun_state_machine.py validate_result) and no line of that iteration follows."""
+    cut = HEALTHY[:HEALTHY.index(" [2026-12-06 16:41:49.853857] iteration        4/")]
+    text = cut + ("ERROR:megatron.core.rerun_state_machine:Unexpected result nan on rank 0 at iteration #4 "
+                  "invocation #1 (message='found NaN in local forward loss calculation')\n")
+    found = log_symptoms.give_away(text)
+    assert found[:2] == ("NaN", 4) and "found NaN in local forward loss calculation" in found[2]
+
+
+def test_below_the_thresholds_is_not_a_symptom():
+    steady = 78.9  # the median of iterations 3-8 (after the two warm-up iterations)
+    slow = edited(lambda i, line: re.sub(r"\(ms\): \S+", f"(ms): {1.9 * steady:.1f}", line) if i == 14 else line)
+    assert log_symptoms.give_away(slow) is None  # 1.9x: below SLOW (the healthy log's save costs up to 1.7x)
+    small = edited(lambda i, line: re.sub(r"lm loss: (\S+)", lambda m: f"lm loss: {1.2 * float(m.group(1)):.6E}",
+                                          line) if i == 14 else line)
+    assert log_symptoms.give_away(small) is None
+
+
+def test_the_letters_are_fixed_and_only_present_logs_count(tmp_path):
+    assert log_symptoms.letters() == {"A": "nan.log", "B": "throughput_drop.log", "C": "skipped_iterations.log",
+                                      "D": "loss_spike.log"}
+    assert set(log_symptoms.letters().values()) == set(log_symptoms.LOGS)
+    assert log_symptoms.present(tmp_path) == {}
+    (tmp_path / "loss_spike.log").write_text(HEALTHY)
+    assert log_symptoms.present(tmp_path) == {"D": tmp_path / "loss_spike.log"}
