@@ -96,6 +96,7 @@ def edited(argv: list[str], changes) -> list[str]:
 class Gallery(roundtrip.Driver):
     def case(self, key: str, base: list[str], hog: bool = False) -> dict:
         argv = roundtrip.with_option(edited(base, CASES[key][1]), "--train-iters", str(self.n))
+        argv = roundtrip.with_option(argv, "--save-interval", str(self.n))  # the run's --save needs one
         hog_proc = None
         if hog:
             folder = self.out / key

@@ -10,11 +10,13 @@ run before the iteration's line is printed), an iteration the fp16 loss
 scaler skipped ("number of skipped iterations", the loss scale halved), a loss spike (a loss well
 above the ones just before it), a throughput drop (the time per iteration well above its steady
 value). Thresholds: a spike is a loss SPIKE times the median of the previous SPIKE_WINDOW losses;
-a drop is a time per iteration SLOW times the median of the iterations after the warm-up (the
-first WARMUP lines: start-up, allocator and kernel selection). The healthy log of data/ stays
-below both: its largest loss ratio is under 1.0 (the loss only falls), and after its checkpoint save
-at iteration 10 its iterations take up to 1.7 times the steady time (the save's background work):
-that is why SLOW is 2 and not 1.5."""
+a drop is SLOW_RUN or more iterations in a row, each SLOW times the steady time per iteration (the
+lower quartile of the iterations after the warm-up: the first WARMUP lines are start-up, allocator and
+kernel selection), that no checkpoint save explains: after its save at iteration 10 the healthy log's
+iterations take up to 1.7 times the steady time (the save's background work) to the end of the run,
+while the throughput-drop log's neighbour on the GPU slows iterations 14-21 by up to 1.5 times and
+then leaves. With the NaN check off, Megatron-LM prints a NaN iteration's grad norm as nan and no lm
+loss ("number of nan iterations" stays 0): a grad norm that is not finite is a NaN too."""
 from __future__ import annotations
 
 import math
@@ -33,7 +35,8 @@ LOGS = {"loss_spike.log": "loss spike", "skipped_iterations.log": "skipped itera
 SYMPTOMS = tuple(LOGS.values())
 SEED = 19  # the letters' order: fixed, so an answer written once stays right
 SPIKE, SPIKE_WINDOW = 1.5, 5
-SLOW, WARMUP = 2.0, 2
+SLOW, SLOW_RUN, WARMUP = 1.3, 5, 2
+_SAVED = re.compile(r"saving checkpoint at iteration\s+(\d+)")
 _REJECTED = re.compile(r"Unexpected result (nan|-?inf)\b.*?iteration #?(\d+)", re.IGNORECASE)
 
 
@@ -65,10 +68,12 @@ def give_away(text: str) -> tuple[str, int, str] | None:
     order = sorted(rows)
     for i in order:
         nan = rows[i].get("nan", 0) or 0
-        loss = _loss(rows[i])
+        loss, norm = _loss(rows[i]), rows[i].get("grad_norm")
         if nan > 0 or (loss is not None and not math.isfinite(loss)):
             return "NaN", i, f"iteration {i}: number of nan iterations: {nan:.0f}" + (
                 "" if loss is not None else " and no lm loss printed")
+        if norm is not None and not math.isfinite(norm):  # without the check Megatron-LM prints no lm loss then
+            return "NaN", i, f"iteration {i}: grad norm {norm}" + ("" if loss is not None else ", no lm loss printed")
     for i in order:
         if (rows[i].get("skipped", 0) or 0) > 0:
             scale = rows[i].get("loss_scale")
@@ -83,9 +88,18 @@ def give_away(text: str) -> tuple[str, int, str] | None:
                                     f"of the {SPIKE_WINDOW} before"
     times = [(i, rows[i]["step_ms"]) for i in order[WARMUP:] if rows[i].get("step_ms") is not None]
     if times:
-        steady = statistics.median(v for _, v in times[:max(3, len(times) // 3)])
-        for i, ms in times:
-            if ms > SLOW * steady:
-                return "throughput drop", i, f"iteration {i}: {ms:.1f} ms per iteration, {ms / steady:.1f}x the steady " \
-                                             f"{steady:.1f} ms"
+        # the undisturbed pace: the lower quartile (a slow stretch or a save's aftermath lies above it)
+        steady = statistics.quantiles([v for _, v in times], n=4)[0] if len(times) >= 4 else min(v for _, v in times)
+        saved = {int(m.group(1)) for m in _SAVED.finditer(text)}
+        run: list[tuple[int, float]] = []
+        for i, ms in times + [(None, 0.0)]:
+            if i is not None and ms > SLOW * steady:
+                run.append((i, ms))
+                continue
+            if len(run) >= SLOW_RUN and run[0][0] - 1 not in saved:  # slow from a save on: the save's own work
+                first, worst = run[0][0], max(v for _, v in run)
+                return "throughput drop", first, (f"iterations {first}-{run[-1][0]}: up to {worst:.1f} ms per "
+                                                  f"iteration, {worst / steady:.1f}x the steady {steady:.1f} ms, "
+                                                  f"with no checkpoint save before them")
+            run = []
     return None
