@@ -188,7 +188,9 @@ def markdown(rows: list[Row], result: dict, logo: list[dict] | None, fitted: tup
               "fitted elementwise fraction below would absorb).",
               "- Software (`Execution.MEGATRON_DEEPSPEED`): fp16, the attention's scores materialised with softmax "
               "and dropout, full activation recompute, gradients all-reduced in fp16 after the backward (no "
-              "overlap), the column-parallel input-gradient all-reduce under the weight-gradient GEMM.",
+              "overlap), the column-parallel input-gradient all-reduce under the weight-gradient GEMM, each micro "
+              "batch's weight gradients added into the parameters' fp16 `.grad` by a kernel of their own (every micro "
+              "batch but the first; no fused accumulation into an fp32 buffer).",
               "- Models: GPT with FFN 4h, GeLU, LayerNorm, GPT-2's vocabulary (50257, padded to 128 x TP); "
               "sequence 2048; the rows' TP, PP, DP, micro and global batch.", "",
               "## Constants and how many were fitted on this data", "",
@@ -202,7 +204,7 @@ def markdown(rows: list[Row], result: dict, logo: list[dict] | None, fitted: tup
               f"{calibration.RING_BASE_LATENCY_S * 1e6:g}, {latency['intra'] * 1e6:g}/{latency['inter'] * 1e6:g} us "
               "| NCCL's own cost model (ring, Simple protocol), not fitted |",
               f"| **A100 large-GEMM fraction of peak** | **{gpu.gemm_fraction}** | **fitted on these rows** "
-              "(the H200's measured fraction, 0.756, predicts every row about 15% slow) |",
+              "(the H200's measured fraction, 0.756, predicts the rows 14% slow on median) |",
               f"| **A100 elementwise fraction of HBM bandwidth** | **{gpu.elementwise_fraction}** | **fitted on these "
               "rows** (the H200's, 0.449) |", "",
               "Two constants were fitted on this development set, both describing the A100 (the one GPU whose "

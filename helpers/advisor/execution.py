@@ -17,7 +17,10 @@ choice from Training.precision; advise() sets both. Three presets, each 16-bit (
   kernels it runs without are no term of the model;
 * MEGATRON_DEEPSPEED: Megatron-DeepSpeed as vTrain measured it (benchmarks/advisor/vtrain_check.py):
   fp16, the attention's s x s scores materialised with softmax and dropout, gradients all-reduced
-  in fp16 after the backward, nothing overlapped but the input-gradient all-reduce.
+  in fp16 after the backward, nothing overlapped but the input-gradient all-reduce; the weight
+  gradients added into the parameters' fp16 `.grad` by a kernel of their own after each GEMM (its
+  linear layers' backward adds the fresh product into `weight.grad`; DeepSpeed's engine holds no
+  fp32 buffer for a fused accumulation and sets `.grad` to None after the step).
 
 `ep_overlap` is off in every preset, on where a recipe sets it (`with_`): Megatron-Core's
 overlap_moe_expert_parallel_comm (helpers/advisor/time/expert_parallel.py `exposed`)."""
@@ -26,6 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 PRECISIONS = ("bf16", "fp8", "fp4")
+GRAD_ACCUMULATION_BUFFERS = ("main_grad", "param_grad")
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,10 @@ class Execution:
     overlap_param_gather: bool = True  # distributed optimizer's parameter all-gather under the first forward
     grad_reduce_bytes: int = 4  # bytes per gradient element the DP collective moves (fp32 or 16-bit)
     grad_accumulation_fused: bool = True  # weight-gradient GEMMs write into the fp32 buffer (no extra pass)
+    # where an unfused accumulation adds each microbatch's weight gradients: "main_grad" (Megatron's fp32
+    # buffer, zeroed every step: every microbatch adds) | "param_grad" (the parameters' 16-bit .grad, None
+    # after the step: the first microbatch's gradient is stored, each later one added)
+    grad_accumulation_buffer: str = "main_grad"
     precision: str = "bf16"  # bf16 (16-bit GEMMs, fp16 too) | fp8 (the layers' linears in FP8) | fp4 (in NVFP4)
     ep_overlap: bool = False  # a MoE layer's all-to-all under the other microbatch's compute (combined 1F1B)
 
@@ -46,6 +54,9 @@ class Execution:
             raise ValueError(f"attention must be 'flash' or 'materialised', not {self.attention!r}")
         if self.grad_reduce_bytes not in (2, 4):
             raise ValueError(f"grad_reduce_bytes must be 2 or 4, not {self.grad_reduce_bytes}")
+        if self.grad_accumulation_buffer not in GRAD_ACCUMULATION_BUFFERS:
+            raise ValueError(f"grad_accumulation_buffer must be {' or '.join(GRAD_ACCUMULATION_BUFFERS)}, "
+                             f"not {self.grad_accumulation_buffer!r}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision must be {' or '.join(PRECISIONS)}, not {self.precision!r}")
 
@@ -57,5 +68,6 @@ MEGATRON_CORE = Execution("Megatron-Core with Transformer Engine")
 KIT_LOCAL = Execution("the kit's local backend")
 MEGATRON_DEEPSPEED = Execution("Megatron-DeepSpeed (vTrain's measurements)", attention="materialised",
                                attention_dropout=True, overlap_grad_reduce=False, overlap_param_gather=False,
-                               grad_reduce_bytes=2)
+                               grad_reduce_bytes=2, grad_accumulation_fused=False,
+                               grad_accumulation_buffer="param_grad")
 PRESETS = {"megatron-core": MEGATRON_CORE, "kit-local": KIT_LOCAL, "megatron-deepspeed": MEGATRON_DEEPSPEED}

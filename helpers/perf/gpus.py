@@ -73,17 +73,17 @@ PROFILES = {
                "docs/results/roofline.md)."),
     "a100-80gb": GpuProfile(
         "NVIDIA A100 SXM4 80GB", peak_bf16_tflops=312.0, memory_gib=80.0, hbm_gb_per_s=2039.0,
-        intra_node_gb_per_s=300.0, inter_node_gb_per_s=25.0, gemm_fraction=0.81, elementwise_fraction=0.65,
+        intra_node_gb_per_s=300.0, inter_node_gb_per_s=25.0, gemm_fraction=0.88, elementwise_fraction=0.525,
         source="NVIDIA A100 datasheet (SXM4 80GB): 312 TFLOP/s dense BF16 (no FP8 tensor cores), 80 GB HBM2e at "
                "2,039 GB/s, NVLink 600 GB/s (300 per direction); network as in a DGX A100: one 200 Gb/s HDR port "
-               "per GPU (25 GB/s). Achieved fractions (large GEMMs 0.81 of peak, memory-bound kernels 0.65 of HBM) "
+               "per GPU (25 GB/s). Achieved fractions (large GEMMs 0.88 of peak, memory-bound kernels 0.525 of HBM) "
                "fitted on vTrain's measured A100 iterations (docs/results/advisor.md)."),
     "a100-40gb": GpuProfile(
         "NVIDIA A100 SXM4 40GB", peak_bf16_tflops=312.0, memory_gib=40.0, hbm_gb_per_s=1555.0,
-        intra_node_gb_per_s=300.0, inter_node_gb_per_s=25.0, gemm_fraction=0.81, elementwise_fraction=0.65,
+        intra_node_gb_per_s=300.0, inter_node_gb_per_s=25.0, gemm_fraction=0.88, elementwise_fraction=0.525,
         source="NVIDIA A100 datasheet (SXM4 40GB): 312 TFLOP/s dense BF16 (no FP8 tensor cores), 40 GB HBM2 at "
                "1,555 GB/s, NVLink 600 GB/s (300 per direction); network as in a DGX A100: one 200 Gb/s HDR port "
-               "per GPU (25 GB/s). Achieved fractions (large GEMMs 0.81 of peak, memory-bound kernels 0.65 of HBM) "
+               "per GPU (25 GB/s). Achieved fractions (large GEMMs 0.88 of peak, memory-bound kernels 0.525 of HBM) "
                "fitted on vTrain's measured A100 iterations (docs/results/advisor.md)."),
     "rtx-pro-6000": GpuProfile(
         "NVIDIA RTX PRO 6000 Blackwell Server Edition", peak_bf16_tflops=500.0, memory_gib=96.0,

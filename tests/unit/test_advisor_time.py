@@ -209,6 +209,34 @@ def test_the_optimizer_step_and_gradient_accumulation():
     assert optimizer.accumulate_seconds(1e9, GPU, KIT_LOCAL) == 0.0  # runtime/layers/wgrad_accumulation.py
     unfused = MEGATRON_CORE.with_(grad_accumulation_fused=False)
     assert optimizer.accumulate_seconds(1e9, GPU, unfused) == pytest.approx(10 * 1e9 / ELEMENTWISE)
+    assert optimizer.accumulate_seconds(1e9, GPU, unfused, 4) == pytest.approx(10 * 1e9 / ELEMENTWISE)
+
+
+def test_gradient_accumulation_into_a_16bit_grad():
+    # Megatron-DeepSpeed: the first microbatch's gradient is stored in .grad, each later one read with
+    # .grad and added (2 + 2 + 2 bytes per parameter): over 4 microbatches 3 additions, 4.5 bytes each
+    assert MEGATRON_DEEPSPEED.grad_accumulation_buffer == "param_grad"
+    assert not MEGATRON_DEEPSPEED.grad_accumulation_fused
+    assert optimizer.accumulate_seconds(1e9, GPU, MEGATRON_DEEPSPEED, 4) == pytest.approx(3 * 6 * 1e9 / 4 / ELEMENTWISE)
+    assert optimizer.accumulate_seconds(1e9, GPU, MEGATRON_DEEPSPEED, 1) == 0.0
+    assert optimizer.accumulate_seconds(1e9, GPU, MEGATRON_DEEPSPEED) == pytest.approx(6 * 1e9 / ELEMENTWISE)
+    with pytest.raises(ValueError, match="grad_accumulation_buffer"):
+        MEGATRON_CORE.with_(grad_accumulation_buffer="fp16")
+
+
+def test_the_step_charges_each_stage_its_accumulation():
+    model = preset("tiny-gpt")
+    lay = Layout(nproc=2, pp=2, micro_batch=1, global_batch=4, seq_len=256)
+    fused = step.predict(model, lay, Training(recompute="full"), GPU, 2, MEGATRON_DEEPSPEED.with_(
+        grad_accumulation_fused=True))
+    unfused = step.predict(model, lay, Training(recompute="full"), GPU, 2, MEGATRON_DEEPSPEED)
+    busiest = max(range(2), key=lambda s: unfused.stage_microbatch_s[s])
+    ids = [i for c in step.stage_layers(model, lay)[busiest] for i in c]
+    dense, expert = step._stage_params(model, lay, ids, busiest)
+    per_micro = 6 * (dense + expert) * 3 / 4 / ELEMENTWISE  # 4 microbatches, 3 additions
+    assert fused.terms["grad_accumulate"] == 0.0
+    assert unfused.terms["grad_accumulate"] == pytest.approx(4 * per_micro)
+    assert unfused.step_s > fused.step_s
 
 
 def test_attention_core_flash_and_materialised():

@@ -86,7 +86,7 @@ def predict(model: ModelPreset, lay: Layout, training: Training, gpu: GpuProfile
         dense, expert = _stage_params(model, lay, ids, s)
         parts["output_layer"] = output_s if s == lay.pp - 1 else 0.0
         parts["pp_p2p"] = p2p_s
-        parts["grad_accumulate"] = optimizer.accumulate_seconds(dense + expert, gpu, execution)
+        parts["grad_accumulate"] = optimizer.accumulate_seconds(dense + expert, gpu, execution, m)
         per_micro = sum(parts.values())
         backward = sum(count * kind_time(k).backward_s for k, count in counts.items())
         sync = data_parallel.sync(dense, expert, lay, training.dist_opt, execution, link["dp_cp"], link["edp"])
