@@ -15,11 +15,11 @@ offloading) is `RECIPES`'."""
 from __future__ import annotations
 
 import csv
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from helpers.advisor.execution import MEGATRON_CORE, Execution
+from helpers.job import paths
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset, preset
 from helpers.memory.training import Training
@@ -85,9 +85,7 @@ def recipe_settings(row: "Published") -> dict:
 
 
 def data_path() -> Path | None:
-    root = os.environ.get("KIT_DATA_DIR")
-    path = Path(root) / "megatron_bridge_perf" / "pretrain_performance.csv" if root else None
-    return path if path and path.exists() else None
+    return paths.data_file("megatron_bridge_perf", "pretrain_performance.csv")
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
-import os
 import statistics
 import sys
 import time
@@ -35,6 +34,7 @@ from scipy import stats
 
 from helpers.advisor.execution import MEGATRON_DEEPSPEED
 from helpers.advisor.time import step
+from helpers.job import paths
 from helpers.job.layout import Layout
 from helpers.job.models import ModelPreset
 from helpers.memory.training import Training
@@ -52,9 +52,7 @@ SEQ = 2048
 
 
 def data_path() -> Path | None:
-    root = os.environ.get("KIT_DATA_DIR")
-    path = Path(root) / "vtrain" / "ground_truth_multi.csv" if root else None
-    return path if path and path.exists() else None
+    return paths.data_file("vtrain", "ground_truth_multi.csv")
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,13 @@ def data_dir() -> Path | None:
     return Path(value) if value else None
 
 
+def data_file(*parts: str) -> Path | None:
+    """The file KIT_DATA_DIR/<parts> when KIT_DATA_DIR is set and the file is there; None otherwise."""
+    root = data_dir()
+    path = root.joinpath(*parts) if root else None
+    return path if path and path.exists() else None
+
+
 def sha256(path: Path) -> str:
     """SHA-256 of a file, read in 1 MiB blocks (data, tokenizer and checkpoint identity checks)."""
     h = hashlib.sha256()

@@ -15,25 +15,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy
-import torch
 from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
 from megatron.core.datasets.utils import get_blend_from_list
 
 from helpers.errors import InvalidJob
+from helpers.runtime.data.indexed_files import write_indexed
 
 
 def write_documents(prefix: Path, texts: list[str], tokenizer) -> dict:
     """`prefix`.bin/.idx: one document per text, its token ids followed by `tokenizer.eod`. Returns the
     documents and tokens written (the end-of-document tokens included)."""
-    builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=DType.optimal_dtype(tokenizer.vocab_size))
-    tokens = 0
-    for ids in tokenizer.encode_batch(texts):
-        builder.add_item(torch.tensor(ids + [tokenizer.eod], dtype=torch.int64))
-        builder.end_document()
-        tokens += len(ids) + 1
-    builder.finalize(f"{prefix}.idx")
+    docs = [[ids + [tokenizer.eod]] for ids in tokenizer.encode_batch(texts)]
+    write_indexed(prefix, docs, tokenizer.vocab_size)
+    tokens = sum(len(d[0]) for d in docs)
     return {"documents": len(texts), "tokens": tokens}
 
 

@@ -28,7 +28,6 @@ import socket
 import time
 from pathlib import Path
 
-import torch
 from megatron.core.datasets.blended_megatron_dataset_builder import (
     BlendedMegatronDatasetBuilder,
 )
@@ -36,7 +35,6 @@ from megatron.core.datasets.blended_megatron_dataset_config import (
     BlendedMegatronDatasetConfig,
 )
 from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
-from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
 
 from helpers.job import data, paths
 from helpers.job.data import documents, tokenizers
@@ -44,6 +42,7 @@ from helpers.job.data.pinned import Pinned
 from helpers.job.data.source import Source
 from helpers.job.spec import JobSpec
 from helpers.rundir import names, prepared
+from helpers.runtime.data.indexed_files import write_indexed
 from helpers.runtime.data.node import node_label
 
 FORMAT = 2  # bump when tokenization or the on-disk layout changes (a new cache key)
@@ -59,16 +58,6 @@ def sizes(spec: JobSpec) -> list[int]:
 
 
 # ---- documents -> .bin/.idx -------------------------------------------------------------------
-def _write_indexed(prefix: Path, docs: list[list[list[int]]], vocab: int) -> None:
-    """One document per entry, each a list of sequences (text: [ids]; chat: [ids, trained])."""
-    builder = IndexedDatasetBuilder(str(prefix) + ".bin", dtype=DType.optimal_dtype(vocab))
-    for seqs in docs:
-        for s in seqs:
-            builder.add_item(torch.tensor(s, dtype=torch.int64))
-        builder.end_document()
-    builder.finalize(str(prefix) + ".idx")
-
-
 def _tokenize(src: Source, tok, out: Path) -> dict:
     stats = {}
     for role, docs in data.read(src).items():
@@ -76,7 +65,7 @@ def _tokenize(src: Source, tok, out: Path) -> dict:
             tokenized = [[ids + [tok.eod]] for ids in tok.encode_batch(docs)]
         else:
             tokenized = [list(tok.chat(messages)) for messages in docs]
-        _write_indexed(out / role, tokenized, tok.vocab_size)
+        write_indexed(out / role, tokenized, tok.vocab_size)
         stats[role] = {"documents": len(tokenized), "tokens": sum(len(d[0]) for d in tokenized)}
         if src.kind == "chat":
             stats[role]["trained_tokens"] = sum(sum(d[1]) for d in tokenized)
