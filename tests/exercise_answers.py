@@ -16,6 +16,9 @@ the forms a learner would recognise it by, chosen per type:
   model flags itself, and several commands pass;
 - a written layout (11's `my_layout`, a dict of sizes): skipped, since several layouts pass and the
   lesson names every size it is made of;
+- a decision of the run the lessons build from 03 on (a check in DECISIONS: flags for 4 processes,
+  a memory budget, a bubble target): skipped, since its flags are the ones the lessons before it
+  taught, several answers pass, and the check grades what the job did, not the words;
 - integers below 1000, floats, booleans (and lists of them): skipped: such values are every
   lesson's sizes, counts and ranks, and often a given of the question itself (15's answer, the rows
   of a fused SwiGLU input split over TP=2, equals the model's FFN width, which the question tells the
@@ -73,8 +76,12 @@ def forms(answer) -> list[tuple[str, re.Pattern]]:
     return []  # a dict of names (10's refusing rules) or of sizes (11's layout): see the module docstring
 
 
-def check_calls(source: str) -> list[str]:
-    """The parameters a code cell's `exercises.check_<name>(param, ...)` calls are given, in order."""
+DECISIONS = {"check_run_on_more_gpus", "check_recompute_budget", "check_bubble_target"}
+
+
+def check_calls(source: str, checks=None) -> list[str]:
+    """The parameters a code cell's `exercises.check_<name>(param, ...)` calls are given, in order
+    (only those of the checks named in `checks`, when given)."""
     if "check_" not in source:
         return []
     lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
@@ -84,8 +91,14 @@ def check_calls(source: str) -> list[str]:
                 and node.func.attr.startswith("check_") and getattr(node.func.value, "id", None) == "exercises":
             assert node.args and isinstance(node.args[0], ast.Name), \
                 f"{node.func.attr}'s first argument must be the parameter holding the answer"
-            params.append(node.args[0].id)
+            if checks is None or node.func.attr in checks:
+                params.append(node.args[0].id)
     return params
+
+
+def decisions(cells: list[dict]) -> set[str]:
+    """The parameters of the lesson's decisions (DECISIONS), whose answers are not searched."""
+    return {p for cell in cells if cell["cell_type"] == "code" for p in check_calls(_source(cell), DECISIONS)}
 
 
 def exercise_cells(cells: list[dict]) -> dict[str, int]:
@@ -138,7 +151,10 @@ def shown_before_asked(cells: list[dict], lesson_answers: dict) -> list[str]:
     missing = sorted(set(lesson_answers) - set(at))
     assert not missing, f"answers with no check cell: {missing}"
     found = []
+    skipped = decisions(cells)
     for param, k in at.items():
+        if param in skipped:
+            continue
         patterns = forms(lesson_answers[param])
         for i, cell in enumerate(cells[:k + 1]):
             if "injected-parameters" in cell.get("metadata", {}).get("tags", []):
@@ -153,5 +169,6 @@ def named_in_source(cells: list[dict], lesson_answers: dict) -> list[str]:
     """Where any cell's source, before or after the check, holds a form of an answer: a learner reads
     every cell's source whether it ran or not, so the answer is printed from the run (under
     `exercises.shown`), never written into a cell."""
-    return [f"{param}: cell {i}: {f}" for param in lesson_answers
+    skipped = decisions(cells)
+    return [f"{param}: cell {i}: {f}" for param in lesson_answers if param not in skipped
             for i, cell in enumerate(cells) for f in _hits(_source(cell), forms(lesson_answers[param]))]

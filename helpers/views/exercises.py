@@ -18,6 +18,8 @@ when the learner asked for it with the lesson's `show_answers` parameter
 (tests/unit/test_exercise_order.py looks for each answer in every cell before its check)."""
 from __future__ import annotations
 
+from helpers.views.exercise_chain import (  # noqa: F401
+    check_bubble_target, check_recompute_budget, check_run_on_more_gpus)
 from helpers.views.exercise_decisions import (  # noqa: F401  the lessons call them as exercises.check_...
     LAYOUT_CHOICES, check_layout_choice, check_megatron_command, check_megatron_flags, command_flags, place_layout)
 from helpers.views.exercise_real_run import (  # noqa: F401

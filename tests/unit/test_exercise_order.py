@@ -115,7 +115,10 @@ def test_the_searched_answer_types_are_the_recognisable_ones():
             ("09_process_groups_5d", "ep_group_tp4"), ("12_checkpoints", "checkpoint_bytes"),
             ("14_smoke_test_cpt_sft", "replica_groups")} <= searched, sorted(searched)
     flags = {(stem, p) for stem, given in answers().items() for p, a in given.items() if p.endswith("_flags")}
-    assert len(flags) == 6 and flags <= searched
+    chained = {(stem, p) for stem in answers() for p in answers_in.decisions(cells_of(ROOT / "notebooks" / f"{stem}.ipynb"))}
+    assert chained == {("03_data_parallel", "your_dp4_flags"), ("05_sequence_parallel", "your_fit_flags"),
+                       ("06_pipeline_parallel", "your_pp_flags")}, chained
+    assert len(flags - chained) == 6 and flags - chained <= searched
     assert ("15_hf_import", "fc1_rows_tp2") not in searched  # 160: the FFN width the question gives
 
 
