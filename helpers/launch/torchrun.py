@@ -94,11 +94,14 @@ def start(cmd: list[str], env: dict, log_path: Path, warm: bool = False) -> subp
     from helpers.launch import warm_agent
 
     if warm and cmd[3:4] == ["--preload"] and warm_agent.enabled():
-        return warm_agent.start(cmd[4].split(","), cmd[5:], env, log_path)
-    log = open(log_path, "w")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                            cwd=paths.REPO_ROOT, start_new_session=True)
-    proc.log = log
+        proc = warm_agent.start([m for m in cmd[4].split(",") if m], cmd[5:], env, log_path)
+    else:
+        log = open(log_path, "w")
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                cwd=paths.REPO_ROOT, start_new_session=True)
+        proc.log = log
+    # the agent's session, for leftover_processes: a warm agent's command line is its warm process's
+    log_path.with_name(log_path.name + AGENT_SESSION_SUFFIX).write_text(f"{proc.pid}\n")
     return proc
 
 
@@ -196,17 +199,25 @@ def watch(procs: list[subprocess.Popen], run: RunDir, timeout_s: float, what: st
         raise JobFailed(msg, run, ranks)
 
 
+AGENT_SESSION_SUFFIX = ".session"  # beside each agent's log: the session its agent leads
+
+
 def leftover_processes(run_dir) -> list:
-    """Processes still alive whose command line names this run directory (a torchrun agent or a
-    rank). After any failure the runner has killed the job's whole process group, so: []."""
+    """Processes still alive of this run: in the session an agent of it led (the agent, its
+    forkserver and ranks: warm or cold, each agent starts a session of its own), or whose command
+    line names the run directory. After any failure the runner has killed the job's whole process
+    group, so: []."""
     import psutil
     key = str(run_dir)
+    sessions = {int(f.read_text()) for f in Path(run_dir).rglob(f"*{AGENT_SESSION_SUFFIX}")}
     out = []
-    for p in psutil.process_iter(["cmdline"]):
+    for p in psutil.process_iter(["cmdline", "status"]):
         try:
-            if key in " ".join(p.info["cmdline"] or []):
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue  # dead, waiting for its parent to read its exit code
+            if key in " ".join(p.info["cmdline"] or []) or os.getsid(p.pid) in sessions:
                 out.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        except (psutil.NoSuchProcess, psutil.AccessDenied, ProcessLookupError, PermissionError):
             continue
     return out
 

@@ -3,13 +3,14 @@ exactly what a cold torchrun trains, a failing agent reports torchrun's exit cod
 its process group stops the agent and every rank it started."""
 import os
 import signal
+import sys
 import time
 
 import psutil
 import pytest
 
 from helpers import launch
-from helpers.launch import warm_agent
+from helpers.launch import torchrun, warm_agent
 
 JOB = dict(tp=2, iters=3, micro_batch=2, global_batch=4)
 
@@ -31,7 +32,8 @@ def _agent(tmp_path, script: str):
     args = ["--standalone", "--nnodes", "1", "--nproc-per-node", "2", "--start-method", "forkserver",
             "--run-path", str(path)]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
-    return warm_agent.start([], args, env, tmp_path / "torchrun.log")
+    cmd = [sys.executable, "-m", torchrun.TORCHRUN, "--preload", "", *args]  # as torchrun.command writes it
+    return torchrun.start(cmd, env, tmp_path / "torchrun.log", warm=True)
 
 
 def test_a_failing_warm_agent_reports_its_exit_code(tmp_path):
@@ -51,10 +53,14 @@ def test_one_kill_stops_the_agent_and_its_ranks(tmp_path):
         time.sleep(0.2)
     else:
         pytest.fail("the agent's ranks did not start")
+    assert isinstance(agent, warm_agent.WarmAgent)
+    # a warm agent's command line is its warm process's: the run's processes are found by session
+    assert {p.pid for p in group} <= {p.pid for p in torchrun.leftover_processes(tmp_path)}
     os.killpg(agent.pid, signal.SIGKILL)
     assert agent.wait(timeout=10) == -signal.SIGKILL
     time.sleep(0.5)
     assert [p for p in psutil.process_iter() if _pgid(p) == agent.pid and p.status() != psutil.STATUS_ZOMBIE] == []
+    assert torchrun.leftover_processes(tmp_path) == []
 
 
 def _pgid(p) -> int | None:
