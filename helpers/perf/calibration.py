@@ -27,4 +27,4 @@ HOP_LATENCY_S = {"intra": 3.4e-6, "inter": 9.6e-6}  # NVLink hop, network hop
 # benchmarks/advisor/bridge_table.py (docs/results/advisor_bridge.md). The recipes whose whole iteration is
 # one CUDA graph (no host wait) are fitted as well only with it, so it also stands for per-layer MoE time
 # the other terms miss (small grouped GEMMs, the dispatcher's kernels), not the host alone.
-MOE_HOST_S = 5.5e-3
+MOE_HOST_S = 5.25e-3

@@ -64,7 +64,7 @@ def test_the_results_page_reports_what_the_model_gives(results):
 
 
 def test_the_errors_stay_where_the_page_puts_them(results):
-    """A guard against regressions, at the page's numbers (median 13%, 90th percentile 40%), not the
+    """A guard against regressions, at the page's numbers (median 12%, 90th percentile 37%), not the
     aim (15% and 35% with every MoE model held out)."""
     s = bridge_table.summary(results)
-    assert s["median_abs_error"] <= 0.135 and s["p90_abs_error"] <= 0.40
+    assert s["median_abs_error"] <= 0.125 and s["p90_abs_error"] <= 0.37

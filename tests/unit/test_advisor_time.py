@@ -356,3 +356,21 @@ def test_selective_recompute_runs_the_named_modules_forward_again():
     assert elementwise.norms(moe, lay, GPU)[0] == pytest.approx(norms)
     assert elementwise.activation(moe, lay, GPU, "moe")[0] == pytest.approx(act)
     assert t.backward["recompute"] == pytest.approx(norms + act)
+
+
+def test_clamped_expert_inputs_move_their_glu_input_again():
+    oss, qwen = preset("gpt-oss-120b"), preset("qwen3-30b-a3b")
+    lay = Layout(nproc=8, ep=8, etp=1, seq_len=4096, micro_batch=2)
+    pairs = 2 * 4096 * oss.moe_router_topk  # every token-expert pair of the rank (TP 1)
+    values = pairs * oss.expert_ffn  # F values per pair: each half of the [pairs, 2F] fc1 output
+    clamp = elementwise.expert_clamp(oss, lay, GPU)
+    assert clamp == pytest.approx((8 * values * 2 / ELEMENTWISE, 10 * values * 2 / ELEMENTWISE))
+    assert elementwise.expert_clamp(qwen, lay, GPU) == (0.0, 0.0)  # no clamp: nothing added
+    # the MoE layer's memory-bound time carries it, and moe_act's recompute runs the clamp again
+    plain = elementwise.layer(oss.with_(attention_sinks=False), lay, GPU, "moe")
+    with_clamp = elementwise.layer(oss, lay, GPU, "moe")
+    assert with_clamp[0] - plain[0] == pytest.approx(clamp[0]) and with_clamp[1] - plain[1] == pytest.approx(clamp[1])
+    link = {axis: links.of(lay, axis, 8, GPU) for axis in ("tp", "etp", "cp", "ep")}
+    t = layer.of_kind(oss, lay, "moe", GPU, link, MEGATRON_CORE, "selective", ("moe_act",))
+    act = elementwise.activation(oss, lay, GPU, "moe")[0]
+    assert t.backward["recompute"] == pytest.approx(act + clamp[0])

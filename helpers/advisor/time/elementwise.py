@@ -6,7 +6,8 @@ per-hidden terms over TP, TP always splits the FFN terms. A hybrid layer has one
 half a transformer layer's per-hidden terms; a Mamba mixer's gating, convolution and norm are
 counted as a gated FFN of its inner width (an approximation). MoE: the FFN terms of the top-k
 experts a token visits, plus the shared experts, plus the router and the token permutations
-around the experts (`moe_routing`)."""
+around the experts (`moe_routing`), plus, for experts whose GLU input is clamped (GPT-OSS), the
+clamps and the concatenation that run ahead of the fused activation (`expert_clamp`)."""
 from __future__ import annotations
 
 from helpers.job.layout import Layout
@@ -77,8 +78,8 @@ def layer(model: ModelPreset, lay: Layout, gpu: GpuProfile, kind: str,
     out = tuple(tokens(lay) * (hidden_share * per_h * h + per_f * width / lay.tp) * BF16 / rate
                 for per_h, per_f in zip(ELEMENTWISE_PER_HIDDEN, ELEMENTWISE_PER_FFN[style]))
     if kind in ("moe", "E"):
-        routing = moe_routing(model, lay, gpu)
-        out = (out[0] + routing[0], out[1] + routing[1])
+        routing, clamp = moe_routing(model, lay, gpu), expert_clamp(model, lay, gpu)
+        out = (out[0] + routing[0] + clamp[0], out[1] + routing[1] + clamp[1])
     if precision in ("fp8", "fp4"):  # NVFP4's casts counted as FP8's (a smaller copy, plus its scales)
         casts = fp8_casts(model, lay, gpu, kind)
         out = (out[0] + casts[0], out[1] + casts[1])
@@ -105,6 +106,35 @@ def moe_routing(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> tuple[float
         + 4 * T * model.num_experts * 4  # router scores, probabilities, top-k mask and gradient (fp32)
     seconds = nbytes / (rates(gpu).elementwise_gb_per_s * 1e9)
     return seconds, seconds
+
+
+# Values a clamped GLU input moves per token-expert pair before the fused activation, in units of the
+# expert width F, forward and backward. Megatron-Core's weighted_bias_quick_geglu_impl, which TEGroupedMLP
+# calls with activation_func_clamp_value (moe/experts.py 836-844, core_r0.19.0), clamps the [pairs, 2F]
+# fc1 output in eager PyTorch (fusions/fused_bias_geglu.py 424-432): each half clamped into a new tensor
+# (F read, F written, twice) and the two concatenated (2F read, 2F written): 8. Backward, autograd applies
+# each clamp's mask to its slice of the gradient (gradient and input read, gradient written: 3F, twice)
+# and joins the two halves' gradients into the fc1 output's (2F read, 2F written): 10.
+CLAMP_PER_FFN = (8, 10)
+
+
+def clamped_glu_experts(model: ModelPreset) -> bool:
+    """Whether the model's experts clamp their GLU input. Megatron-Bridge's GPT-OSS provider sets
+    activation_func_clamp_value (7.0), with the clamped quick-GeGLU and a bias on every linear; GPT-OSS is
+    the one family the kit has with attention sinks, and the kit names the sinks and the clamped experts
+    as one piece of that architecture (helpers/job/architectures.py `attention_sinks`), so the presets'
+    attention_sinks flag stands for the clamp as well."""
+    return model.is_moe and model.attention_sinks
+
+
+def expert_clamp(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> tuple[float, float]:
+    """(forward, backward) seconds of clamping a MoE layer's expert GLU inputs (CLAMP_PER_FFN), 0 for
+    experts without a clamp (`clamped_glu_experts`)."""
+    if not clamped_glu_experts(model):
+        return 0.0, 0.0
+    values = routed_pairs(model, lay) * model.expert_ffn / lay.expert_tp
+    rate = rates(gpu).elementwise_gb_per_s * 1e9
+    return tuple(per * values * BF16 / rate for per in CLAMP_PER_FFN)
 
 
 def cross_entropy(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> float:

@@ -74,7 +74,9 @@ def _module_forward_s(model: ModelPreset, lay: Layout, kind: str, gpu: GpuProfil
     if model.multi_latent_attention:
         out["mla_up_proj"] = gemm_s({"q_up", "kv_up"})
     if kind in layer_gemms.MOE_KINDS:
-        act = elementwise.activation(model, lay, gpu, kind)[0]
+        # moe_act recomputes the experts' whole activation function, a clamp of its input included
+        # (TEGroupedMLP checkpoints bias_act_func: moe/experts.py 882-887, core_r0.19.0)
+        act = elementwise.activation(model, lay, gpu, kind)[0] + elementwise.expert_clamp(model, lay, gpu)[0]
         out["moe_act"] = act
         out["moe"] = (gemm_s({g.name for g in gemms if g.name == "router" or ".fc" in g.name}) + act
                       + elementwise.moe_routing(model, lay, gpu)[0] + ep_forward)
