@@ -105,6 +105,28 @@ def start(cmd: list[str], env: dict, log_path: Path, warm: bool = False) -> subp
     return proc
 
 
+def _end_stragglers(group: int, timeout_s: float = 5.0) -> None:
+    """SIGKILL to what is left of an exited agent's process group, then wait until it is gone."""
+    import psutil
+
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        left = []
+        for q in psutil.process_iter(["status"]):
+            try:
+                if q.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(q.pid) == group:
+                    left.append(q)
+            except (psutil.NoSuchProcess, ProcessLookupError):
+                continue
+        if not left:
+            return
+        time.sleep(0.02)
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     """SIGTERM, then SIGKILL, to the agent's whole process group."""
     for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 5)):
@@ -189,6 +211,8 @@ def watch(procs: list[subprocess.Popen], run: RunDir, timeout_s: float, what: st
         for p in procs:
             if p.poll() is None:
                 kill_group(p)
+            else:  # an agent that exited can leave its forkserver exiting behind it: nothing outlives the job
+                _end_stragglers(p.pid)
             getattr(p, "log", None) and p.log.close()
     if on_exit:
         on_exit()
