@@ -117,14 +117,16 @@ def check_recompute_budget(answer: str | None, base_flags: list[str], reference,
 
 
 def bubble_fraction(pp: int, vpp: int | None, microbatches: int) -> float:
-    """Idle share of the pipeline per iteration, measured against the ideal time: (p-1) / (v*m)."""
-    return (pp - 1) / ((vpp or 1) * microbatches)
+    """The ideal pipeline's bubble, the idle share of a stage's window: (p-1) / (v*m + p-1), in slots
+    of one chunk's step (lesson 06 counts it off Megatron's schedule: helpers/views/schedule.py)."""
+    v = vpp or 1
+    return (pp - 1) / (v * microbatches + pp - 1)
 
 
 def check_bubble_target(answer: str | None, base_flags: list[str], reference, nproc: int, target: float,
                         rtol: float, run_file=None, run=None) -> bool:
     """Lesson 06: the learner's run on `base_flags`' pipeline layout, plus the learner's flags (virtual
-    stages, micro batch). Correct when the job's bubble, (p-1)/(v*m) with its own sizes, is at most
+    stages, micro batch). Correct when the job's bubble (`bubble_fraction` with its own sizes) is at most
     `target` with the fewest virtual stages that reach it at its micro batch, and it trains the
     same run: losses within `rtol` of `reference`'s (one process, the run's global batch)."""
     if answer is None:
@@ -141,8 +143,8 @@ def check_bubble_target(answer: str | None, base_flags: list[str], reference, np
           f"v = {v}: bubble {bubble:.1%} (target {target:.0%}); losses max rel. diff from one process {worst:.1e}")
     hints = []
     if bubble > target:
-        hints.append(f"A bubble of {bubble:.1%}: the pipeline idles (p-1) stage-times per iteration, each 1/v of a "
-                     "stage's work once its layers are dealt out in v chunks, out of v*m of them.")
+        hints.append(f"A bubble of {bubble:.1%}: each stage idles p-1 slots of its window, a slot being one chunk's "
+                     "step (1/v of a stage's work once its layers are dealt out in v chunks), beside v*m slots of work.")
     else:
         layers = s.model_preset().num_layers
         fewer = [u for u in range(1, v) if layers % (s.pp * u) == 0 and bubble_fraction(s.pp, u, m) <= target]

@@ -40,8 +40,8 @@ ANSWERS = {
                              "your_fit_flags": "--recompute-granularity selective --recompute-modules mlp"},
     "06_pipeline_parallel": {"vpp_isends": 4 * 3 + 4 * (3 - 1), "pp_bubble": 3 / 15,  # (p-1)/(m+p-1)
                              "vpp_flags": "--num-virtual-stages-per-pipeline-rank 2",
-                             # global batch 16 at micro batch 2 on DP=2: m = 4, 2 chunks give 1/8 > 10%;
-                             # micro batch 1: m = 8, 2 chunks give 1/16 (4 chunks would not divide 4 layers)
+                             # global batch 16 at micro batch 2 on DP=2: m = 4, 2 chunks give (p-1)/(v*m+p-1) = 1/9 > 10%;
+                             # micro batch 1: m = 8, 2 chunks give 1/17 (4 chunks would not divide 4 layers)
                              "your_pp_flags": "--micro-batch-size 1 --num-virtual-stages-per-pipeline-rank 2"},
     "07_context_parallel": {"kv_gather_bytes": 64 * 2 * (4 // 2) * 16 * 4,  # seq x mb x groups/TP x dim x fp32
                             "cp2_flags": "--context-parallel-size 2"},

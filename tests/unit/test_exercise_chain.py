@@ -11,7 +11,7 @@ import pytest
 
 from helpers.launch import from_megatron
 from helpers.launch.runner import validate
-from helpers.views import exercise_chain, exercises, your_run
+from helpers.views import exercise_chain, exercises, schedule, your_run
 
 ONE_PROCESS = ["--num-layers", "4", "--hidden-size", "64", "--ffn-hidden-size", "256", "--num-attention-heads", "4",
                "--seq-length", "32", "--max-position-embeddings", "32", "--vocab-size", "512", "--train-iters", "3",
@@ -76,13 +76,15 @@ def test_lesson_06_reaches_the_bubble_target_with_the_fewest_chunks(reference, c
     pp2 = [*ONE_PROCESS, "--pipeline-model-parallel-size", "2"]
     check = dict(base_flags=pp2, reference=reference, nproc=4, target=0.10, rtol=1e-5, run=fake_run)
     vpp = "--num-virtual-stages-per-pipeline-rank"
-    assert exercises.check_bubble_target(f"{vpp} 2", **check) is False  # m = 16 / (2 x 2) = 4: 1/8
-    assert "12.5%" in capsys.readouterr().out
+    assert exercises.check_bubble_target(f"{vpp} 2", **check) is False  # m = 16 / (2 x 2) = 4: 1/9
+    assert "11.1%" in capsys.readouterr().out
     assert exercises.check_bubble_target(f"{vpp} 4", **check) is False  # 2 x 4 chunks of a 4-layer model
     assert "refused" in capsys.readouterr().out
-    assert exercises.check_bubble_target(f"--micro-batch-size 1 {vpp} 2", **check) is True  # 1/16
-    assert exercises.check_bubble_target("--micro-batch-size 1", **check) is False  # 1/8 without chunks
-    assert exercise_chain.bubble_fraction(2, 2, 8) == 1 / 16 and exercise_chain.bubble_fraction(4, None, 12) == 3 / 12
+    assert exercises.check_bubble_target(f"--micro-batch-size 1 {vpp} 2", **check) is True  # 1/17
+    assert exercises.check_bubble_target("--micro-batch-size 1", **check) is False  # 1/9 without chunks
+    for p, v, m in ((2, 2, 8), (4, None, 12), (4, 2, 8), (2, 1, 4)):  # the formula is the drawn schedule's count
+        drawn = schedule.ideal_bubble(schedule.ideal(p, m, v or 1))
+        assert exercise_chain.bubble_fraction(p, v, m) == pytest.approx(max(drawn.values()), abs=1e-12), (p, v, m)
     assert exercises.check_bubble_target(f"--micro-batch-size 1 --global-batch-size 32 {vpp} 2", **check) is False
     assert "not the run's" in capsys.readouterr().out
 
