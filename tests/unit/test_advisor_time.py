@@ -374,3 +374,27 @@ def test_clamped_expert_inputs_move_their_glu_input_again():
     t = layer.of_kind(oss, lay, "moe", GPU, link, MEGATRON_CORE, "selective", ("moe_act",))
     act = elementwise.activation(oss, lay, GPU, "moe")[0]
     assert t.backward["recompute"] == pytest.approx(act + clamp[0])
+
+
+def test_biased_experts_add_their_bias_after_fc2():
+    oss, qwen = preset("gpt-oss-120b"), preset("qwen3-30b-a3b")
+    lay = Layout(nproc=8, ep=8, etp=1, seq_len=4096, micro_batch=2)
+    pairs = 2 * 4096 * oss.moe_router_topk  # every token-expert pair of the rank (TP 1)
+    values = pairs * oss.hidden_size  # the fc2 output: H values per pair
+    bias = elementwise.expert_bias(oss, lay, GPU)
+    assert bias == pytest.approx((6 * values * 2 / ELEMENTWISE, 8 * values * 2 / ELEMENTWISE))
+    assert elementwise.expert_bias(qwen, lay, GPU) == (0.0, 0.0)  # no expert bias: nothing added
+    assert elementwise.expert_bias(oss.with_(add_bias_linear=False), lay, GPU) == (0.0, 0.0)
+    # the MoE layer's memory-bound time carries it; moe_act's recompute does not run it again (the bias is
+    # added after fc2, outside its checkpoint), the whole-layer module does
+    plain = elementwise.layer(oss.with_(add_bias_linear=False), lay, GPU, "moe")
+    with_bias = elementwise.layer(oss, lay, GPU, "moe")
+    assert with_bias[0] - plain[0] == pytest.approx(bias[0]) and with_bias[1] - plain[1] == pytest.approx(bias[1])
+    link = {axis: links.of(lay, axis, 8, GPU) for axis in ("tp", "etp", "cp", "ep")}
+    act = elementwise.activation(oss, lay, GPU, "moe")[0] + elementwise.expert_clamp(oss, lay, GPU)[0]
+    t = layer.of_kind(oss, lay, "moe", GPU, link, MEGATRON_CORE, "selective", ("moe_act",))
+    assert t.backward["recompute"] == pytest.approx(act)
+    unbiased = layer.of_kind(oss.with_(add_bias_linear=False), lay, "moe", GPU, link, MEGATRON_CORE, "selective",
+                             ("moe",))
+    t = layer.of_kind(oss, lay, "moe", GPU, link, MEGATRON_CORE, "selective", ("moe",))
+    assert t.backward["recompute"] - unbiased.backward["recompute"] == pytest.approx(bias[0])

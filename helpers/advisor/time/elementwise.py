@@ -7,7 +7,8 @@ half a transformer layer's per-hidden terms; a Mamba mixer's gating, convolution
 counted as a gated FFN of its inner width (an approximation). MoE: the FFN terms of the top-k
 experts a token visits, plus the shared experts, plus the router and the token permutations
 around the experts (`moe_routing`), plus, for experts whose GLU input is clamped (GPT-OSS), the
-clamps and the concatenation that run ahead of the fused activation (`expert_clamp`)."""
+clamps and the concatenation that run ahead of the fused activation (`expert_clamp`), and, for
+experts with a bias, the per-expert bias added to their output (`expert_bias`)."""
 from __future__ import annotations
 
 from helpers.job.layout import Layout
@@ -78,8 +79,8 @@ def layer(model: ModelPreset, lay: Layout, gpu: GpuProfile, kind: str,
     out = tuple(tokens(lay) * (hidden_share * per_h * h + per_f * width / lay.tp) * BF16 / rate
                 for per_h, per_f in zip(ELEMENTWISE_PER_HIDDEN, ELEMENTWISE_PER_FFN[style]))
     if kind in ("moe", "E"):
-        routing, clamp = moe_routing(model, lay, gpu), expert_clamp(model, lay, gpu)
-        out = (out[0] + routing[0] + clamp[0], out[1] + routing[1] + clamp[1])
+        extra = (moe_routing(model, lay, gpu), expert_clamp(model, lay, gpu), expert_bias(model, lay, gpu))
+        out = tuple(o + sum(e[i] for e in extra) for i, o in enumerate(out))
     if precision in ("fp8", "fp4"):  # NVFP4's casts counted as FP8's (a smaller copy, plus its scales)
         casts = fp8_casts(model, lay, gpu, kind)
         out = (out[0] + casts[0], out[1] + casts[1])
@@ -135,6 +136,34 @@ def expert_clamp(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> tuple[floa
     values = routed_pairs(model, lay) * model.expert_ffn / lay.expert_tp
     rate = rates(gpu).elementwise_gb_per_s * 1e9
     return tuple(per * values * BF16 / rate for per in CLAMP_PER_FFN)
+
+
+# Values an expert's output bias moves per token-expert pair, in units of the hidden size, forward and
+# backward. TEGroupedMLP returns the fc2 bias unapplied and adds it, scaled by the pair's routing
+# probability, in eager PyTorch, one local expert at a time (`_apply_bias`, moe/experts.py 313-330,
+# called at 902, core_r0.19.0): bias x probability written (H), added to the expert's output (2H read,
+# H written), the per-expert pieces concatenated (H read, H written): 6. Backward: the bias gradient
+# (the output gradient times the probability, written and read again for the sum over the expert's
+# tokens: 3H), the probability gradient (the output gradient times the bias, the same: 3H), and the
+# split's gradient joined into the fc2 output's (H read, H written): 8.
+BIAS_PER_HIDDEN = (6, 8)
+
+
+def biased_experts(model: ModelPreset) -> bool:
+    """Whether the model's experts carry a bias: a MoE model whose linears have biases
+    (`add_bias_linear`, which Megatron applies to the experts' fc1 and fc2 as well)."""
+    return model.is_moe and model.add_bias_linear
+
+
+def expert_bias(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> tuple[float, float]:
+    """(forward, backward) seconds of adding a MoE layer's per-expert output bias (BIAS_PER_HIDDEN),
+    0 for experts without a bias (`biased_experts`). The fc2 output is the full hidden size on every
+    expert-TP rank (its reduction comes later, in the dispatcher)."""
+    if not biased_experts(model):
+        return 0.0, 0.0
+    values = routed_pairs(model, lay) * model.hidden_size
+    rate = rates(gpu).elementwise_gb_per_s * 1e9
+    return tuple(per * values * BF16 / rate for per in BIAS_PER_HIDDEN)
 
 
 def cross_entropy(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> float:

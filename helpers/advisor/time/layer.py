@@ -78,8 +78,11 @@ def _module_forward_s(model: ModelPreset, lay: Layout, kind: str, gpu: GpuProfil
         # (TEGroupedMLP checkpoints bias_act_func: moe/experts.py 882-887, core_r0.19.0)
         act = elementwise.activation(model, lay, gpu, kind)[0] + elementwise.expert_clamp(model, lay, gpu)[0]
         out["moe_act"] = act
+        # the experts' output bias is added after fc2, outside moe_act's checkpoint (moe/experts.py 883-902,
+        # core_r0.19.0): only the whole-layer module runs it again
         out["moe"] = (gemm_s({g.name for g in gemms if g.name == "router" or ".fc" in g.name}) + act
-                      + elementwise.moe_routing(model, lay, gpu)[0] + ep_forward)
+                      + elementwise.moe_routing(model, lay, gpu)[0] + elementwise.expert_bias(model, lay, gpu)[0]
+                      + ep_forward)
     elif kind in ("dense", "-"):
         out["mlp"] = gemm_s({"mlp.fc1", "mlp.fc2"}) + elementwise.activation(model, lay, gpu, kind)[0]
     return out
