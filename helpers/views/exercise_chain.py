@@ -28,6 +28,21 @@ def _job(words: list[str], nproc: int, reference, run=None, **fields):
         return None, f"Megatron-LM's parser or the kit's rules refused the job: {e}"
 
 
+def _on_your_run(answer: str, base_flags: list[str], run_file, nproc: int, reference, run, **fields):
+    """The learner's saved run (`run_file`) on `base_flags`' layout plus `answer`, run: (the run's
+    flags, the job's words, job or None, why it was refused or None)."""
+    flags, _ = your_run.load(run_file)
+    words = [*your_run.without(base_flags, your_run.TRAINING_OPTIONS), *flags, *shlex.split(answer)]
+    return (flags, words, *_job(words, nproc, reference, run, **fields))
+
+
+def _verdict(hints: list[str], answer: str, run_file, words: list[str], job, lesson: str) -> bool:
+    """Correct when nothing is wrong; then the run's flags are kept for the next lesson."""
+    if not hints:
+        _save(run_file, words, job, lesson)
+    return judge(not hints, True, " ".join(hints), shown=answer)
+
+
 def _global_batch(spec) -> int:
     return spec.micro_batch * spec.dp * spec.num_microbatches
 
@@ -70,9 +85,7 @@ def check_run_on_more_gpus(answer: str | None, base_flags: list[str], reference,
         hints.append("Both DP collectives still wait for compute to end: the gradient reduce-scatter could start "
                      "under the backward of the layers before it, the parameter all-gather under the next forward "
                      "(Megatron asks for each with its own switch).")
-    if not hints:
-        _save(run_file, words, job, "03")
-    return judge(not hints, True, " ".join(hints), shown=answer)
+    return _verdict(hints, answer, run_file, words, job, "03")
 
 
 def check_recompute_budget(answer: str | None, base_flags: list[str], reference, nproc: int, budget: int,
@@ -84,9 +97,7 @@ def check_recompute_budget(answer: str | None, base_flags: list[str], reference,
     (and trains the same losses within `rtol`)."""
     if answer is None:
         return judge(None, None, "")
-    flags, _ = your_run.load(run_file)
-    words = [*your_run.without(base_flags, your_run.TRAINING_OPTIONS), *flags, *shlex.split(answer)]
-    job, refused = _job(words, nproc, reference, run, instruments="on")
+    flags, words, job, refused = _on_your_run(answer, base_flags, run_file, nproc, reference, run, instruments="on")
     if job is None:
         return judge(False, True, refused, shown=answer)
     saved = max(r["saved_activation_bytes_per_microbatch"] for r in job.ranks.values())
@@ -111,9 +122,7 @@ def check_recompute_budget(answer: str | None, base_flags: list[str], reference,
             hints.append(f"Without recompute this job saves {kept:,} B, already within the budget: the recompute "
                          "only repeats forward work.")
         assert worst <= rtol, f"recompute changed the losses by {worst:.1e}"  # recompute must not change the run
-    if not hints:
-        _save(run_file, words, job, "05")
-    return judge(not hints, True, " ".join(hints), shown=answer)
+    return _verdict(hints, answer, run_file, words, job, "05")
 
 
 def bubble_fraction(pp: int, vpp: int | None, microbatches: int) -> float:
@@ -131,9 +140,7 @@ def check_bubble_target(answer: str | None, base_flags: list[str], reference, np
     same run: losses within `rtol` of `reference`'s (one process, the run's global batch)."""
     if answer is None:
         return judge(None, None, "")
-    flags, _ = your_run.load(run_file)
-    words = [*your_run.without(base_flags, your_run.TRAINING_OPTIONS), *flags, *shlex.split(answer)]
-    job, refused = _job(words, nproc, reference, run)
+    _, words, job, refused = _on_your_run(answer, base_flags, run_file, nproc, reference, run)
     if job is None:
         return judge(False, True, refused, shown=answer)
     s = job.spec
@@ -153,6 +160,4 @@ def check_bubble_target(answer: str | None, base_flags: list[str], reference, np
     if worst > rtol:
         hints.append(f"Your job's losses are not the run's (global batch {_global_batch(s)}, the run's "
                      f"{_global_batch(reference.spec)}): micro batch and accumulation may change, their product with DP may not.")
-    if not hints:
-        _save(run_file, words, job, "06")
-    return judge(not hints, True, " ".join(hints), shown=answer)
+    return _verdict(hints, answer, run_file, words, job, "06")

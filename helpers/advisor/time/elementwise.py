@@ -37,20 +37,25 @@ def ffn_width(model: ModelPreset, kind: str) -> tuple[float, str]:
 NORM_PER_HIDDEN = (2, 3)
 
 
+def _passes_s(values: float, passes: tuple[int, ...], gpu: GpuProfile) -> tuple[float, ...]:
+    """Seconds to move `values` bf16 values each of `passes` times (one entry per pass kind: forward,
+    backward) at the GPU's elementwise rate."""
+    rate = rates(gpu).elementwise_gb_per_s * 1e9
+    return tuple(per * values * BF16 / rate for per in passes)
+
+
 def norms(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> tuple[float, float]:
     """(forward, backward) seconds of a layer's norms (two in a transformer layer, one in a hybrid's), a
     part of `layer`'s per-hidden terms."""
     h = model.hidden_size / (lay.tp if lay.sp else 1)
     count = 1 if model.is_hybrid else 2
-    rate = rates(gpu).elementwise_gb_per_s * 1e9
-    return tuple(count * tokens(lay) * per * h * BF16 / rate for per in NORM_PER_HIDDEN)
+    return _passes_s(count * tokens(lay) * h, NORM_PER_HIDDEN, gpu)
 
 
 def activation(model: ModelPreset, lay: Layout, gpu: GpuProfile, kind: str) -> tuple[float, float]:
     """(forward, backward) seconds of a layer's MLP activation (the experts' with MoE), `layer`'s FFN terms."""
     width, style = ffn_width(model, kind)
-    rate = rates(gpu).elementwise_gb_per_s * 1e9
-    return tuple(tokens(lay) * per * width / lay.tp * BF16 / rate for per in ELEMENTWISE_PER_FFN[style])
+    return _passes_s(tokens(lay) * width / lay.tp, ELEMENTWISE_PER_FFN[style], gpu)
 
 
 # Bytes per value an FP8 linear's quantisation moves (Transformer Engine): its bf16 input read, the FP8
@@ -133,9 +138,7 @@ def expert_clamp(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> tuple[floa
     experts without a clamp (`clamped_glu_experts`)."""
     if not clamped_glu_experts(model):
         return 0.0, 0.0
-    values = routed_pairs(model, lay) * model.expert_ffn / lay.expert_tp
-    rate = rates(gpu).elementwise_gb_per_s * 1e9
-    return tuple(per * values * BF16 / rate for per in CLAMP_PER_FFN)
+    return _passes_s(routed_pairs(model, lay) * model.expert_ffn / lay.expert_tp, CLAMP_PER_FFN, gpu)
 
 
 # Values an expert's output bias moves per token-expert pair, in units of the hidden size, forward and
@@ -161,9 +164,7 @@ def expert_bias(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> tuple[float
     expert-TP rank (its reduction comes later, in the dispatcher)."""
     if not biased_experts(model):
         return 0.0, 0.0
-    values = routed_pairs(model, lay) * model.hidden_size
-    rate = rates(gpu).elementwise_gb_per_s * 1e9
-    return tuple(per * values * BF16 / rate for per in BIAS_PER_HIDDEN)
+    return _passes_s(routed_pairs(model, lay) * model.hidden_size, BIAS_PER_HIDDEN, gpu)
 
 
 def cross_entropy(model: ModelPreset, lay: Layout, gpu: GpuProfile) -> float:
