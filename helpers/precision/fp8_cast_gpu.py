@@ -24,7 +24,10 @@ per column (the rowwise recipe scales along each GEMM's contraction dimension).
 
 `delayed_cast` is the delayed recipe's kernel: the scale comes from earlier steps
 (fp8_matmul.DelayedStream), so no reduction runs before it, one launch per tensor instead of two,
-and the tensor's amax is measured in the same pass for the steps after."""
+and the tensor's amax is measured in the same pass for the steps after. It can also compute the
+value it casts from the op that produces it (GeLU, or GeLU's backward: its `prologue`), so the dense
+MLP's activation and its gradient are never written in bf16 and read back
+(helpers/precision/fp8_gelu_mlp.py)."""
 from __future__ import annotations
 
 import torch
@@ -39,6 +42,11 @@ import triton.language as tl
 # 64 x 128 stays, the tile of the fastest step measured, until a same-machine A/B.
 SCALE_CAST_TILE = (64, 128, 4)
 DELAYED_CAST_TILE = (64, 128, 4)
+# The casts that compute GeLU or its gradient first are bound by instructions (the erf), not memory:
+# smaller tiles keep more programs in flight. benchmarks/speed/fp8_gelu_mlp.py --kernels on one H100
+# (2026-12-07, [16384, 8192]): GeLU + cast 284 us with 32 x 64 against 352 with 64 x 128; its
+# backward + cast 361 against 450 (torch's GeLU then the plain cast: 192 + 214 us, backward 269 + 214).
+PROLOGUE_CAST_TILE = (32, 64, 4)
 PER_TENSOR, PER_ROW, PER_COLUMN = 0, 1, 2
 
 
@@ -94,24 +102,64 @@ def _scale_cast_kernel(x_ptr, amax_ptr, q_ptr, qt_ptr, inverse_ptr, M, K, fmax,
 
 
 @triton.jit
-def _delayed_cast_kernel(x_ptr, scale_ptr, amax_bits_ptr, q_ptr, qt_ptr, M, K, fmax,
-                         PLAIN: tl.constexpr, TRANSPOSED: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
+def _gelu_of(h):
+    """GeLU (erf form: torch's F.gelu and Megatron's default) in fp32, as torch's GeLU kernel computes it."""
+    return h * 0.5 * (1.0 + tl.math.erf(h * 0.7071067811865476))
+
+
+@triton.jit
+def _gelu_backward_of(dy, h):
+    """d GeLU(h) / dh times dy, as torch's GeluBackward kernel computes it (fp32)."""
+    cdf = 0.5 * (1.0 + tl.math.erf(h * 0.7071067811865476))
+    pdf = tl.math.exp(-0.5 * h * h) * 0.3989422804014327  # 1 / sqrt(2 pi)
+    return dy * (cdf + h * pdf)
+
+
+@triton.jit
+def _delayed_cast_kernel(x_ptr, h_ptr, scale_ptr, amax_bits_ptr, q_ptr, qt_ptr, M, K, fmax,
+                         PROLOGUE: tl.constexpr, PLAIN: tl.constexpr, TRANSPOSED: tl.constexpr,
+                         EVEN: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
     """Delayed scaling: the scale is given (from earlier steps' amaxes), so there is no reduction
     before the cast; the tensor's own amax is measured on the way, each tile's folded in with one
-    integer atomic max (non-negative floats order like their bit patterns)."""
+    integer atomic max (non-negative floats order like their bit patterns, and a NaN's above
+    inf's, so a NaN is kept). PROLOGUE: the elementwise op whose bf16 output is cast, computed here
+    instead of in a pass of its own (0 none, 1 GeLU(x), 2 GeLU's backward of the gradient x at the
+    input h); its value is rounded to bf16 first, so the bytes are those of the op followed by the
+    plain cast. EVEN: the matrix is a whole number of tiles, so no loads or stores are masked
+    (with the GeLU's erf the kernel is bound by instructions, not memory)."""
     pid_m, pid_k = tl.program_id(0), tl.program_id(1)
     rows = pid_m * BM + tl.arange(0, BM)
     cols = pid_k * BK + tl.arange(0, BK)
     inside = (rows < M)[:, None] & (cols < K)[None, :]
-    x = tl.load(x_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], mask=inside, other=0.0).to(tl.float32)
-    bits = tl.max(tl.max(tl.abs(x), axis=1), axis=0).to(tl.int32, bitcast=True)  # (this max skips NaN)
-    nan = tl.max(tl.max((x != x).to(tl.int32), axis=1), axis=0) > 0
-    tl.atomic_max(amax_bits_ptr, tl.where(nan, 0x7FC00000, bits))  # a NaN's bits order above inf's: kept
+    offsets = rows[:, None].to(tl.int64) * K + cols[None, :]
+    if EVEN:
+        x = tl.load(x_ptr + offsets).to(tl.float32)
+    else:
+        x = tl.load(x_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+    if PROLOGUE == 1:
+        x = _gelu_of(x).to(tl.bfloat16).to(tl.float32)
+    elif PROLOGUE == 2:
+        if EVEN:
+            h = tl.load(h_ptr + offsets).to(tl.float32)
+        else:
+            h = tl.load(h_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+        x = _gelu_backward_of(x, h).to(tl.bfloat16).to(tl.float32)
+    tl.atomic_max(amax_bits_ptr, tl.max(tl.max(tl.abs(x).to(tl.int32, bitcast=True), axis=1), axis=0))
     q = _saturate(x * tl.load(scale_ptr), fmax).to(q_ptr.dtype.element_ty)
-    if PLAIN:
-        tl.store(q_ptr + rows[:, None].to(tl.int64) * K + cols[None, :], q, mask=inside)
-    if TRANSPOSED:
-        tl.store(qt_ptr + cols[:, None].to(tl.int64) * M + rows[None, :], tl.trans(q), mask=tl.trans(inside))
+    transposed_offsets = cols[:, None].to(tl.int64) * M + rows[None, :]
+    if EVEN:
+        if PLAIN:
+            tl.store(q_ptr + offsets, q)
+        if TRANSPOSED:
+            tl.store(qt_ptr + transposed_offsets, tl.trans(q))
+    else:
+        if PLAIN:
+            tl.store(q_ptr + offsets, q, mask=inside)
+        if TRANSPOSED:
+            tl.store(qt_ptr + transposed_offsets, tl.trans(q), mask=tl.trans(inside))
+
+
+PROLOGUES = {None: 0, "gelu": 1, "gelu_backward": 2}
 
 
 def _layouts(m, k, dtype, device, plain, transposed):
@@ -122,19 +170,30 @@ def _layouts(m, k, dtype, device, plain, transposed):
 
 
 def delayed_cast(x: torch.Tensor, fmax: float, dtype: torch.dtype, scale: torch.Tensor, amax_bits: torch.Tensor,
-                 plain: bool = True, transposed: bool = False):
+                 plain: bool = True, transposed: bool = False, prologue: str | None = None,
+                 h: torch.Tensor | None = None):
     """(row-major FP8 or None, transposed FP8 or None) of a 2-D matrix scaled by the fp32 scalar
     `scale`, saturating at fmax; folds max |x| into `amax_bits` (an int32 scalar holding a
-    non-negative float32's bits: read it with .view(torch.float32))."""
+    non-negative float32's bits: read it with .view(torch.float32)). With `prologue` "gelu" the
+    matrix cast is GeLU(x); with "gelu_backward", GeLU's input gradient for the output gradient x
+    at the input `h` (same shape): what a fused activation-cast kernel of Transformer Engine writes."""
     if x.dim() != 2:
         raise ValueError(f"fp8_cast_gpu.delayed_cast takes a matrix, got shape {tuple(x.shape)}")
+    if prologue not in PROLOGUES:
+        raise ValueError(f"unknown prologue {prologue!r}; known: {', '.join(map(str, PROLOGUES))}")
+    if (prologue == "gelu_backward") != (h is not None):
+        raise ValueError("the gelu_backward prologue needs the GeLU's input h, and only it takes one")
     x = x.contiguous()
+    if h is not None:
+        if h.shape != x.shape:
+            raise ValueError(f"h has shape {tuple(h.shape)}, the gradient {tuple(x.shape)}")
+        h = h.contiguous()
     m, k = x.shape
     q, qt, q_arg, qt_arg = _layouts(m, k, dtype, x.device, plain, transposed)
-    bm, bk, warps = DELAYED_CAST_TILE
+    bm, bk, warps = DELAYED_CAST_TILE if prologue is None else PROLOGUE_CAST_TILE
     _delayed_cast_kernel[triton.cdiv(m, bm), triton.cdiv(k, bk)](
-        x, scale, amax_bits, q_arg, qt_arg, m, k, fmax, PLAIN=plain, TRANSPOSED=transposed, BM=bm, BK=bk,
-        num_warps=warps)
+        x, x if h is None else h, scale, amax_bits, q_arg, qt_arg, m, k, fmax, PROLOGUE=PROLOGUES[prologue],
+        PLAIN=plain, TRANSPOSED=transposed, EVEN=m % bm == 0 and k % bk == 0, BM=bm, BK=bk, num_warps=warps)
     return q, qt
 
 

@@ -112,11 +112,14 @@ class DelayedStream:
         self.scale = self.inverse = None  # fp32 scalars: multiply to quantise, multiply to dequantise
         self.ready = False  # a scale from the history exists (after the first step)
 
-    def quantize(self, x: torch.Tensor, plain: bool = True, transposed: bool = False):
+    def quantize(self, x: torch.Tensor, plain: bool = True, transposed: bool = False, prologue: str | None = None,
+                 h: torch.Tensor | None = None):
         """(row-major FP8 or None, transposed FP8 or None, dequantisation multiplier) of a matrix.
         The multiplier is the stream's own tensor, valid until the step ends (advance updates it
         in place). Only a training step's amaxes are recorded (inside training_step(); an evaluation pass
-        between steps quantises with the current scale and leaves the history alone)."""
+        between steps quantises with the current scale and leaves the history alone). `prologue`
+        ("gelu", or "gelu_backward" of the gradient x at the GeLU's input h): the matrix quantised is
+        that op's bf16 output, computed inside the cast kernel on the GPU once a scale exists."""
         f = formats.get(self.fmt)
         if self.history is None:
             self.history = torch.zeros(HISTORY, dtype=torch.float32, device=x.device)
@@ -128,17 +131,30 @@ class DelayedStream:
         x = x.detach()
         with torch.no_grad():
             amax = bits.view(torch.float32)
+            if self.ready and x.device.type == "cuda":
+                from helpers.precision import fp8_cast_gpu
+                q, qt = fp8_cast_gpu.delayed_cast(x, f.max, f.dtype, self.scale, bits, plain, transposed,
+                                                  prologue, None if h is None else h.detach())
+                return q, qt, self.inverse
+            x = apply_prologue(x, prologue, h)
             if not self.ready:  # first step: current scaling, and its amax recorded
                 torch.maximum(amax, torch.linalg.vector_norm(x, float("inf")).float(), out=amax)
                 return quantize(x, self.fmt, None, plain, transposed)
-            if x.device.type == "cuda":
-                from helpers.precision import fp8_cast_gpu
-                q, qt = fp8_cast_gpu.delayed_cast(x, f.max, f.dtype, self.scale, bits, plain, transposed)
-                return q, qt, self.inverse
             x32 = x.to(torch.float32)  # the kernel's arithmetic in torch (CPU tests)
             torch.maximum(amax, x32.abs().amax(), out=amax)
             q = (x32 * self.scale).clamp(-f.max, f.max).to(f.dtype)
             return (q if plain else None), (q.t().contiguous() if transposed else None), self.inverse
+
+
+def apply_prologue(x: torch.Tensor, prologue: str | None, h: torch.Tensor | None) -> torch.Tensor:
+    """The op a fused cast computes before quantising (fp8_cast_gpu.delayed_cast's `prologue`), in torch."""
+    if prologue is None:
+        return x
+    if prologue == "gelu":
+        return torch.nn.functional.gelu(x)
+    if prologue == "gelu_backward":
+        return torch.ops.aten.gelu_backward(x, h.detach())
+    raise ValueError(f"unknown prologue {prologue!r}")
 
 
 def advance(streams) -> None:
@@ -182,7 +198,8 @@ class DelayedStreams:
         self.grad_output = DelayedStream(GRAD_FORMAT["delayed"])
 
 
-def _mm(a, b, scale_a, scale_b, out_dtype=torch.bfloat16) -> torch.Tensor:
+def scaled_matmul(a, b, scale_a, scale_b, out_dtype=torch.bfloat16) -> torch.Tensor:
+    """a @ b of two FP8 operands with their dequantisation scales (b column-major), bf16 out by default."""
     return scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=out_dtype)
 
 
@@ -193,7 +210,7 @@ def _accumulate_wgrad(dyq_t, xq_t, dys, xs, main_grad) -> None:
         from helpers.precision import cublaslt_accumulate
         cublaslt_accumulate.wgrad_accumulate(dyq_t, xq_t, dys, xs, main_grad)
     else:
-        main_grad.add_(_mm(dyq_t, xq_t.t(), dys, xs, out_dtype=torch.float32))
+        main_grad.add_(scaled_matmul(dyq_t, xq_t.t(), dys, xs, out_dtype=torch.float32))
 
 
 def _placeholder_after_main_grad(weight, dtype):
@@ -206,6 +223,15 @@ def _placeholder_after_main_grad(weight, dtype):
     weight.grad_added_to_main_grad = True
     make = torch.zeros if getattr(weight, "zero_out_wgrad", False) else torch.empty
     return make(weight.main_grad.shape, dtype=dtype, device=weight.main_grad.device)
+
+
+def weight_gradient(dyq_t, xq_t, dys, xs, accumulate_into, dtype):
+    """dW = dy^T x of per-tensor-scaled FP8 operands: added into `accumulate_into.main_grad` (then the
+    placeholder Megatron's DDP expects is returned), or returned in bf16 when `accumulate_into` is None."""
+    if accumulate_into is None:
+        return scaled_matmul(dyq_t, xq_t.t(), dys, xs)
+    _accumulate_wgrad(dyq_t, xq_t, dys, xs, accumulate_into.main_grad)
+    return _placeholder_after_main_grad(accumulate_into, dtype)
 
 
 class FP8Matmul(torch.autograd.Function):
@@ -228,13 +254,13 @@ class FP8Matmul(torch.autograd.Function):
             xq, xq_t, xs = (streams.input.quantize(x2, transposed=True) if recipe == "delayed"
                             else quantize(x2, "e4m3", transposed=True))
             wq, wq_t, ws = quantize_weight(weight, "e4m3", transposed=True)  # both layouts of W in one pass
-            y = _mm(xq, wq.t(), xs, ws)
+            y = scaled_matmul(xq, wq.t(), xs, ws)
             # FP8 x (transposed for wgrad): half of bf16's bytes; W^T in FP8 for dgrad
             ctx.save_for_backward(xq_t, xs, wq_t, ws)
         else:
             xq, _, xs = quantize(x2, "e4m3", dim=-1)  # [M, 1]: per token
             wq, _, ws = quantize_weight(weight, "e4m3", dim=-1)  # [N, 1]: per output row
-            y = _mm(xq, wq.t(), xs, ws.t().contiguous())
+            y = scaled_matmul(xq, wq.t(), xs, ws.t().contiguous())
             ctx.save_for_backward(x2, weight)
         return y.reshape(*x.shape[:-1], weight.shape[0])
 
@@ -250,22 +276,19 @@ class FP8Matmul(torch.autograd.Function):
             dyq, dyq_t, dys = (ctx.streams.grad_output.quantize(dy2, plain=want_dx, transposed=want_dw)
                                if recipe == "delayed" else quantize(dy2, gfmt, plain=want_dx, transposed=want_dw))
             if want_dx:
-                dx = _mm(dyq, wq_t.t(), dys, ws)
-            if want_dw and ctx.accumulate_into is not None:
-                _accumulate_wgrad(dyq_t, xq_t, dys, xs, ctx.accumulate_into.main_grad)
-                dw = _placeholder_after_main_grad(ctx.accumulate_into, dy.dtype)
-            elif want_dw:
-                dw = _mm(dyq_t, xq_t.t(), dys, xs)
+                dx = scaled_matmul(dyq, wq_t.t(), dys, ws)
+            if want_dw:
+                dw = weight_gradient(dyq_t, xq_t, dys, xs, ctx.accumulate_into, dy.dtype)
         else:
             x2, weight = ctx.saved_tensors
             if want_dx:
                 dyq, _, dys = quantize(dy2, gfmt, dim=-1)  # [M, 1]: per token, over N
                 _, wq_t, ws = quantize_weight(weight, "e4m3", dim=0, plain=False, transposed=True)  # [1, K]: per column
-                dx = _mm(dyq, wq_t.t(), dys, ws)
+                dx = scaled_matmul(dyq, wq_t.t(), dys, ws)
             if want_dw:
                 _, dyq_t, dys = quantize(dy2, gfmt, dim=0, plain=False, transposed=True)  # [1, N]: per feature
                 _, xq_t, xs = quantize(x2, "e4m3", dim=0, plain=False, transposed=True)  # [1, K]: per feature
-                dw = _mm(dyq_t, xq_t.t(), dys.t().contiguous(), xs)
+                dw = scaled_matmul(dyq_t, xq_t.t(), dys.t().contiguous(), xs)
                 if ctx.accumulate_into is not None:  # row scales: cuBLASLt's accumulate is per-tensor here
                     ctx.accumulate_into.main_grad.add_(dw)
                     dw = _placeholder_after_main_grad(ctx.accumulate_into, dy.dtype)

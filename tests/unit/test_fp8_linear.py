@@ -95,6 +95,46 @@ for tied in (False, True):
     res["weight_grad"] = weight.grad is not None and bool(torch.isfinite(weight.grad).all())
     out[f"output_layer_tied_{tied}"] = res
 out["output_layer_not_last_stage"] = fp8_linear.use_in_output_layer(gpt(False, post_process=False).module, "delayed")
+
+# The dense GeLU MLP with the GeLU inside the FP8 casts (fp8_mlp.FP8GeluMLP, delayed recipe) against
+# Megatron's MLP around the same FP8 linears: a two-layer GPT, three training steps, the same bytes
+from helpers.runtime.layers import fp8_mlp
+
+def mlp_gpt(fused, bias=False):
+    torch.manual_seed(1)
+    cfg = TransformerConfig(num_layers=2, hidden_size=64, num_attention_heads=4, use_cpu_initialization=True,
+                            params_dtype=torch.bfloat16, bf16=True, gradient_accumulation_fusion=False,
+                            add_bias_linear=bias, hidden_dropout=0.0, attention_dropout=0.0)
+    spec = get_gpt_layer_local_spec()
+    fp8_linear.use_in(spec, "delayed")
+    swapped = fp8_mlp.use_in(spec, "delayed") if fused else False
+    return swapped, Float16Module(cfg, GPTModel(config=cfg, transformer_layer_spec=spec, vocab_size=96,
+                                                max_sequence_length=16))
+
+runs = {}
+for fused in (False, True):
+    swapped, model = mlp_gpt(fused)
+    mlp = model.module.decoder.layers[0].mlp
+    seen_losses, grads = [], []
+    for step in range(3):
+        with fp8_matmul.training_step():
+            loss = model(tokens, positions, None).float().square().mean()
+            loss.backward()
+        seen_losses.append(float(loss))
+        grads.append([p.grad.clone() for p in model.parameters()])
+        with torch.no_grad():
+            for p in model.parameters():  # a plain SGD step, so each step sees new weights and scales
+                p -= 0.5 * p.grad
+                p.grad = None
+    runs[fused] = {"swapped": swapped, "class": type(mlp).__name__, "fuses": mlp.fuses(None) if fused else None,
+                   "losses": seen_losses, "grads": grads}
+out["gelu_mlp"] = {"swapped": runs[True]["swapped"], "class": runs[True]["class"], "fuses": runs[True]["fuses"],
+                   "unfused_class": runs[False]["class"], "losses": runs[True]["losses"],
+                   "same_losses": runs[True]["losses"] == runs[False]["losses"],
+                   "same_grads": all(torch.equal(a, b) for ga, gb in zip(runs[True]["grads"], runs[False]["grads"])
+                                     for a, b in zip(ga, gb)),
+                   "biased_fuses": mlp_gpt(True, bias=True)[1].module.decoder.layers[0].mlp.fuses(None),
+                   "tensorwise_swapped": fp8_mlp.use_in(get_gpt_layer_local_spec(), "tensorwise")}
 print(json.dumps(out))
 """
 
@@ -127,3 +167,15 @@ def test_the_output_layer_takes_the_fp8_gemm_untied_and_tied(got):
         assert res["equals_direct"] and res["weight_grad"], res
         assert 4e-3 < res["logits_vs_bf16"] < 8e-2, res
     assert got["output_layer_not_last_stage"] == 0
+
+
+def test_the_gelu_mlp_with_fused_casts_trains_as_megatrons_mlp_on_the_same_fp8_linears(got):
+    """Under the delayed recipe the layer spec's dense MLP is FP8GeluMLP (the GeLU inside the FP8 casts):
+    a two-layer GPT trains three steps with the same losses and gradients, bit for bit, as Megatron's
+    MLP around the same FP8 linears (on CPU the casts run the GeLU in torch; the GPU kernel's bytes:
+    benchmarks/speed/fp8_gelu_mlp.py). Linear biases, or another recipe, keep Megatron's MLP."""
+    res = got["gelu_mlp"]
+    assert res["swapped"] and res["class"] == "FP8GeluMLP" and res["fuses"] and res["unfused_class"] == "MLP"
+    assert res["same_losses"] and res["same_grads"], res
+    assert len(set(res["losses"])) == 3  # the steps trained: three different losses
+    assert res["biased_fuses"] is False and res["tensorwise_swapped"] is False

@@ -5,6 +5,7 @@ the local backend lacks (each file's docstring names what it replaces and what T
   attention/        core attention on torch SDPA, and its context-parallel form (TE's attention)
   mla.py            multi-latent attention on the local backend (TE's fused norm+linear; a TP fix)
   fp8_linear.py     Megatron's linears with FP8 GEMMs on torch._scaled_mm (TE's FP8 linears)
+  fp8_mlp.py        the dense GeLU MLP with its GeLU inside the FP8 casts (TE's LayerNormMLP)
   rotary.py         rotary embedding fused on GPU (TE's rope fusion); rotary_triton.py its kernel
   wgrad_accumulation.py  weight gradients summed into fp32 main_grad by their GEMM on GPU (apex's kernels)
   mamba/            Mamba-2 hybrids without mamba_ssm (the kernels' torch equivalents)"""

@@ -11,6 +11,7 @@ Per layer: a dense MLP or experts (`moe_layer_freq`: DeepSeek's leading dense la
     projection; the local backend has no fused norm-linear), MLA itself -> mla.MLASelfAttentionTP
     (the K-RoPE gradient fix);
   * precision='fp8': the attention and dense-MLP linears -> fp8_linear's (FP8 GEMMs, same comms);
+    under the delayed recipe the dense GeLU MLP -> fp8_mlp.FP8GeluMLP (the GeLU inside the FP8 casts);
   * core attention -> the kit's SDPACoreAttention (JobSpec.attention; always for MLA, whose k/v head
     sizes the local one refuses), under CP -> ContextParallelAttention (the local one refuses CP).
 Megatron-Core's `get_gpt_decoder_block_spec(use_transformer_engine=False)` does the per-layer choice
@@ -25,7 +26,7 @@ from megatron.core.transformer.transformer_block import (
 )
 from megatron.core.transformer.transformer_layer import get_transformer_layer_offset
 
-from helpers.runtime.layers import biased_experts, fp8_linear, local_global_rotary, mla, post_norm
+from helpers.runtime.layers import biased_experts, fp8_linear, fp8_mlp, local_global_rotary, mla, post_norm
 from helpers.runtime.layers.attention.context_parallel import ContextParallelAttention
 from helpers.runtime.layers.attention.core import SDPACoreAttention
 from helpers.runtime.layers.attention.softcap import SoftcapCoreAttention
@@ -83,6 +84,7 @@ def layer_spec(config, moe: bool, attention: str, fp8_recipe: str | None = None)
         biased_experts.use_in(spec)
     if fp8_recipe:
         fp8_linear.use_in(spec, fp8_recipe)
+        fp8_mlp.use_in(spec, fp8_recipe)
     return spec
 
 
