@@ -7,7 +7,9 @@ overridden, and only where the fusion applies: the delayed recipe, GeLU, no gate
 biases, no expert scaling. It does the same communication as the two linears would, with
 Megatron's own autograd mappings on the same TP group: the column-parallel input (gathered under
 sequence parallel, its gradient all-reduced without it) and the row-parallel output (reduce-scattered
-under sequence parallel, all-reduced without it). Anything else runs Megatron's forward unchanged."""
+under sequence parallel, all-reduced without it). Anything else runs Megatron's forward unchanged.
+On CPU, a two-layer GPT from the kit's spec trains bit for bit as with Megatron's MLP, at TP=1
+(tests/unit/test_fp8_linear.py) and at TP=2 with and without SP (tests/unit/test_fp8_mlp_tp.py)."""
 from __future__ import annotations
 
 from functools import partial
