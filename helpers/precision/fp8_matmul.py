@@ -128,13 +128,13 @@ class DelayedStream:
         if training:
             _streams_used.add(self)
         bits = self.amax_bits if training else torch.zeros_like(self.amax_bits)  # a scratch one: not recorded
-        x = x.detach()
+        x, h = x.detach(), None if h is None else h.detach()
         with torch.no_grad():
             amax = bits.view(torch.float32)
             if self.ready and x.device.type == "cuda":
                 from helpers.precision import fp8_cast_gpu
                 q, qt = fp8_cast_gpu.delayed_cast(x, f.max, f.dtype, self.scale, bits, plain, transposed,
-                                                  prologue, None if h is None else h.detach())
+                                                  prologue, h)
                 return q, qt, self.inverse
             x = apply_prologue(x, prologue, h)
             if not self.ready:  # first step: current scaling, and its amax recorded
@@ -153,7 +153,7 @@ def apply_prologue(x: torch.Tensor, prologue: str | None, h: torch.Tensor | None
     if prologue == "gelu":
         return torch.nn.functional.gelu(x)
     if prologue == "gelu_backward":
-        return torch.ops.aten.gelu_backward(x, h.detach())
+        return torch.ops.aten.gelu_backward(x, h)
     raise ValueError(f"unknown prologue {prologue!r}")
 
 

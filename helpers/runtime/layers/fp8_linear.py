@@ -38,12 +38,20 @@ def local_fp8_linear(recipe, streams, input, weight, bias, gradient_accumulation
     with `gradient_accumulation_fusion` the weight gradient goes into `weight.main_grad` (fp32) as in
     Megatron's and TE's linears. (The deferred embedding-wgrad buffers and GTP it also takes are not
     used by these linears.)"""
-    if sequence_parallel:
-        input = gather_from_sequence_parallel_region(input, tensor_parallel_output_grad=True, group=tp_group)
-    elif allreduce_dgrad:
-        input = copy_to_tensor_model_parallel_region(input, group=tp_group)
+    input = column_parallel_input(input, sequence_parallel, allreduce_dgrad, tp_group)
     output = fp8_matmul(input, weight, recipe, streams, accumulate=gradient_accumulation_fusion)
     return output + bias if bias is not None else output
+
+
+def column_parallel_input(input, sequence_parallel: bool, all_reduce_grad: bool, group):
+    """A column-parallel GEMM's input, as Megatron's GEMM function prepares it inside itself: gathered
+    over TP under sequence parallel (its gradient reduce-scattered), else, with `all_reduce_grad`, its
+    gradient all-reduced over TP (identity forward)."""
+    if sequence_parallel:
+        return gather_from_sequence_parallel_region(input, tensor_parallel_output_grad=True, group=group)
+    if all_reduce_grad:
+        return copy_to_tensor_model_parallel_region(input, group=group)
+    return input
 
 
 @cache
@@ -76,16 +84,20 @@ def delayed_streams(linear) -> DelayedStreams | None:
 
 
 def dense_mlp_submodules(mlp):
-    """The MLPSubmodules of a dense MLP in a layer spec (Megatron 0.19 writes it as a partial of
-    `MLP.as_mlp_submodule`, older versions as a ModuleSpec), or None for MoE and anything else."""
+    """The MLPSubmodules of a dense MLP in a layer spec (is_dense_mlp), or None for MoE and anything else."""
+    if not is_dense_mlp(mlp):
+        return None
+    return mlp.keywords.get("submodules") if isinstance(mlp, partial) else mlp.submodules
+
+
+def is_dense_mlp(mlp) -> bool:
+    """Whether a layer spec's `mlp` entry builds Megatron's dense MLP: a partial of
+    `MLP.as_mlp_submodule` (Megatron 0.19) or a ModuleSpec of MLP (older versions)."""
     from megatron.core.transformer.mlp import MLP
     from megatron.core.transformer.spec_utils import ModuleSpec
 
-    if isinstance(mlp, partial) and getattr(mlp.func, "__self__", None) is MLP:
-        return mlp.keywords.get("submodules")
-    if isinstance(mlp, ModuleSpec) and mlp.module is MLP:
-        return mlp.submodules
-    return None
+    return ((isinstance(mlp, partial) and getattr(mlp.func, "__self__", None) is MLP)
+            or (isinstance(mlp, ModuleSpec) and mlp.module is MLP))
 
 
 def use_in(layer_spec, recipe: str) -> int:

@@ -16,16 +16,13 @@ from functools import partial
 
 import torch.nn.functional as F
 from megatron.core.tensor_parallel.mappings import (
-    copy_to_tensor_model_parallel_region,
-    gather_from_sequence_parallel_region,
     reduce_from_tensor_model_parallel_region,
     reduce_scatter_to_sequence_parallel_region,
 )
 from megatron.core.transformer.mlp import MLP
-from megatron.core.transformer.spec_utils import ModuleSpec
 
 from helpers.precision.fp8_gelu_mlp import fp8_gelu_mlp
-from helpers.runtime.layers.fp8_linear import delayed_streams
+from helpers.runtime.layers.fp8_linear import column_parallel_input, delayed_streams, is_dense_mlp
 
 
 class FP8GeluMLP(MLP):
@@ -42,11 +39,7 @@ class FP8GeluMLP(MLP):
         if not self.fuses(per_token_scale):
             return super().forward(hidden_states, per_token_scale=per_token_scale, **kwargs)
         fc1, fc2 = self.linear_fc1, self.linear_fc2
-        group = fc1.tp_group
-        if fc1.sequence_parallel:
-            x = gather_from_sequence_parallel_region(hidden_states, tensor_parallel_output_grad=True, group=group)
-        else:
-            x = copy_to_tensor_model_parallel_region(hidden_states, group=group)
+        x = column_parallel_input(hidden_states, fc1.sequence_parallel, True, fc1.tp_group)
         out = fp8_gelu_mlp(x, fc1.weight, fc2.weight, delayed_streams(fc1), delayed_streams(fc2),
                            accumulate=fc1.gradient_accumulation_fusion)
         if fc2.sequence_parallel:
@@ -58,12 +51,10 @@ def use_in(layer_spec, recipe: str) -> bool:
     """Make a local-spec layer's dense MLP the fused one under the delayed recipe (after fp8_linear.use_in
     gave it FP8 linears). Returns whether it did: not for MoE layers or other recipes."""
     mlp = layer_spec.submodules.mlp
-    if recipe != "delayed":
+    if recipe != "delayed" or not is_dense_mlp(mlp):
         return False
-    if isinstance(mlp, partial) and getattr(mlp.func, "__self__", None) is MLP:
+    if isinstance(mlp, partial):
         layer_spec.submodules.mlp = partial(FP8GeluMLP.as_mlp_submodule, *mlp.args, **mlp.keywords)
-        return True
-    if isinstance(mlp, ModuleSpec) and mlp.module is MLP:
+    else:
         mlp.module = FP8GeluMLP
-        return True
-    return False
+    return True
