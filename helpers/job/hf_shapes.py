@@ -49,7 +49,11 @@ class Checker:
         env = {**os.environ, "PYTHONWARNINGS": "ignore", "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1",
                "TRANSFORMERS_OFFLINE": "1"}
         self.proc = subprocess.Popen([sys.executable, "-m", MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True, env=env, cwd=paths.REPO_ROOT)
+                                     stderr=self.log, text=True, env=env, cwd=paths.REPO_ROOT,
+                                     # outside the caller's process group: a Jupyter kernel signals its group's
+                                     # processes at shutdown and waits ~30 s for those it never reaps; this one
+                                     # ends by itself when the caller's end closes its input
+                                     start_new_session=True)
 
     def ask(self, items: list[dict], timeout: float) -> list[dict] | str:
         """The answers, or why there are none (the process ended, or gave no answer in time)."""

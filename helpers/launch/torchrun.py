@@ -67,7 +67,7 @@ def command(run_dir: Path, spec: JobSpec, nproc_per_node: int | None = None, nno
     else:
         ranks = ["-m", WORKER]
     return [sys.executable, "-m", TORCHRUN, *where, "--nproc-per-node", str(nproc_per_node),
-            *ranks, str(run_dir), *extra]
+            "--log-dir", str(Path(run_dir) / names.TORCHELASTIC_LOGS), *ranks, str(run_dir), *extra]
 
 
 def environment(spec: JobSpec, base: dict | None = None) -> dict:

@@ -17,8 +17,11 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import multiprocessing.forkserver
+import multiprocessing.util
 import os
+import shutil
 import sys
+import tempfile
 import traceback
 
 from helpers.job import import_phase
@@ -39,6 +42,11 @@ def run_torchrun() -> None:
     launch/warm_agent.py)."""
     from torch.distributed.run import main as torchrun
 
+    # torch's agent writes each rank's error file (pytorch-errorfile-*) to the temp folder and, once it
+    # has read a failed rank's, leaves it there: they go to torchrun's --log-dir, in the run directory
+    if "--log-dir" in sys.argv:
+        tempfile.tempdir = sys.argv[sys.argv.index("--log-dir") + 1]
+        os.makedirs(tempfile.tempdir, exist_ok=True)
     try:
         torchrun()
         code = 0
@@ -51,6 +59,9 @@ def run_torchrun() -> None:
     except BaseException:  # what the interpreter does with an uncaught error: traceback, exit code 1
         traceback.print_exc()  # (a failed rank: torchrun's ChildFailedError summary, read by failure_message)
         code = 1
+    # the forkserver's socket folder (pymp-*, in the system's temp folder: a socket's path must stay short),
+    # which the interpreter's teardown skipped below would remove
+    shutil.rmtree(multiprocessing.util.get_temp_dir(), ignore_errors=True)
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from pathlib import Path
 
 from helpers.job import paths
@@ -91,6 +92,9 @@ def _agent(request: dict, answers_fd: int) -> None:
         from helpers.launch import torchrun_main
 
         torchrun_main.run_torchrun()  # os._exit with torchrun's exit code
+    except BaseException:  # e.g. the forkserver's socket path too long for a long TMPDIR: said in the job's log
+        traceback.print_exc()
+        sys.stderr.flush()
     finally:
         os._exit(1)
 

@@ -30,6 +30,8 @@ MEGATRON_LM_CHECKPOINTS = "megatron-lm-checkpoints"  # where megatron-lm.sh save
 BRIDGE_CHECKPOINTS = "bridge-checkpoints"  # where bridge_recipe.py saves: its own, never the kit's
 LOGS = "logs"
 TORCHRUN_LOG = f"{LOGS}/torchrun.log"  # the agent's own output (all agents' in a multi-node simulation)
+TORCHELASTIC_LOGS = f"{LOGS}/torchelastic"  # torch's agent: a folder per attempt and rank (its error files);
+# without --log-dir it makes one under the system's temp folder per job and never removes it
 
 
 def rank_log(rank: int) -> str:

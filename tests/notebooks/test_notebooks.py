@@ -8,6 +8,8 @@ load; on CPU, each cell within the runner's timeout. The executed copy shows no 
 exercise: no output of a cell before a check holds the answer (tests/exercise_answers.py; the
 committed notebooks have no outputs, so this is where a printed answer would show)."""
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -89,11 +91,19 @@ SETTINGS = {stem: {"your_run_file": None} for stem in ("03_data_parallel", "05_s
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=[n.stem for n in NOTEBOOKS])
-def test_notebook_runs_and_asserts(notebook):
+def test_notebook_runs_and_asserts(notebook, monkeypatch):
     executed = EXECUTED / notebook.name
+    # the system's temp folder as the lesson, its kernel and its jobs see it (a short path: sockets live there)
+    temp = Path(tempfile.mkdtemp(prefix=f"lesson{notebook.stem[:2]}-"))
+    monkeypatch.setenv("TMPDIR", str(temp))
     out = run_lesson(notebook, executed, {**ANSWERS.get(notebook.stem, {}), **SETTINGS.get(notebook.stem, {})},
                      device="cpu", capture=True)
     assert out.returncode == 0, f"{notebook.name} failed (executed copy: {executed}):\n{out.stderr[-4000:]}"
+    # A lesson cleans up after itself: its scratch folders go when its kernel stops (a real model's
+    # checkpoints are gigabytes, and a learner runs a lesson many times).
+    left = sorted(str(p.relative_to(temp)) for p in temp.rglob("*") if p.is_file())
+    shutil.rmtree(temp)
+    assert not left, f"{notebook.name} left {len(left)} files in the temp folder, e.g. {left[:5]}"
     said = verdicts(nbformat.read(executed, as_version=4))
     answered = ANSWERS.get(notebook.stem, {})
     not_correct = [f"{exercise} (cell {cell} of the executed copy): {verdict}" for cell, exercise, verdict in said if verdict != "correct"]
