@@ -56,12 +56,31 @@ def pytest_configure(config):
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
 
 
+def pytest_collection_modifyitems(config, items):
+    """The longest units of work first, the shortest last, so neither `make test` worker ends alone
+    with a long one (longest-processing-time-first scheduling): the lessons (each minutes of
+    papermill; the later ones run the bigger jobs), then the job files, then the unit tests, which
+    fill the gaps at the end. Only the order changes; every worker sorts the same collection alike."""
+    def rank(item):
+        path = item.nodeid.split("::", 1)[0]
+        if path.startswith("tests/notebooks/"):
+            return (0, "")
+        return (1 if path.startswith("tests/jobs/") else 2, "")
+    lessons = [i for i in items if i.nodeid.startswith("tests/notebooks/")]
+    lesson_order = {id(i): -n for n, i in enumerate(lessons)}  # later lessons first
+    items.sort(key=lambda i: (rank(i)[0], lesson_order.get(id(i), 0)))
+
+
 def pytest_xdist_make_scheduler(config, log):
     """How `make test` shares the tests between its two pytest-xdist workers (`-n 2`): a file's
     tests stay together (their module fixtures train once), and each lesson is a unit of its own
     (one papermill run each), so while one worker waits on a job's ranks the other keeps the second
-    core busy. (pytest-xdist's own `loadgroup` marks do not reach its scheduler under pytest 9.)"""
+    core busy. Units go out in the collection's order (pytest_collection_modifyitems: longest
+    first), not xdist's default of the units with the most tests first, which left the longest
+    lesson for last. (pytest-xdist's own `loadgroup` marks do not reach its scheduler under pytest 9.)"""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False
 
     class FileOrLesson(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
