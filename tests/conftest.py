@@ -61,14 +61,13 @@ def pytest_collection_modifyitems(config, items):
     with a long one (longest-processing-time-first scheduling): the lessons (each minutes of
     papermill; the later ones run the bigger jobs), then the job files, then the unit tests, which
     fill the gaps at the end. Only the order changes; every worker sorts the same collection alike."""
-    def rank(item):
-        path = item.nodeid.split("::", 1)[0]
-        if path.startswith("tests/notebooks/"):
-            return (0, "")
-        return (1 if path.startswith("tests/jobs/") else 2, "")
-    lessons = [i for i in items if i.nodeid.startswith("tests/notebooks/")]
-    lesson_order = {id(i): -n for n, i in enumerate(lessons)}  # later lessons first
-    items.sort(key=lambda i: (rank(i)[0], lesson_order.get(id(i), 0)))
+    folders = ("tests/notebooks/", "tests/jobs/")  # then everything else
+
+    def rank(index_and_item):
+        index, item = index_and_item
+        folder = next((n for n, f in enumerate(folders) if item.nodeid.startswith(f)), len(folders))
+        return folder, -index if folder == 0 else index  # later lessons first, the rest as collected
+    items[:] = [item for _, item in sorted(enumerate(items), key=rank)]
 
 
 def pytest_xdist_make_scheduler(config, log):

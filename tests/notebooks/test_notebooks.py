@@ -96,13 +96,15 @@ def test_notebook_runs_and_asserts(notebook, monkeypatch):
     # the system's temp folder as the lesson, its kernel and its jobs see it (a short path: sockets live there)
     temp = Path(tempfile.mkdtemp(prefix=f"lesson{notebook.stem[:2]}-"))
     monkeypatch.setenv("TMPDIR", str(temp))
-    out = run_lesson(notebook, executed, {**ANSWERS.get(notebook.stem, {}), **SETTINGS.get(notebook.stem, {})},
-                     device="cpu", capture=True)
+    try:
+        out = run_lesson(notebook, executed, {**ANSWERS.get(notebook.stem, {}), **SETTINGS.get(notebook.stem, {})},
+                         device="cpu", capture=True)
+        # A lesson cleans up after itself: its scratch folders go when its kernel stops (a real model's
+        # checkpoints are gigabytes, and a learner runs a lesson many times).
+        left = sorted(str(p.relative_to(temp)) for p in temp.rglob("*") if p.is_file())
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     assert out.returncode == 0, f"{notebook.name} failed (executed copy: {executed}):\n{out.stderr[-4000:]}"
-    # A lesson cleans up after itself: its scratch folders go when its kernel stops (a real model's
-    # checkpoints are gigabytes, and a learner runs a lesson many times).
-    left = sorted(str(p.relative_to(temp)) for p in temp.rglob("*") if p.is_file())
-    shutil.rmtree(temp)
     assert not left, f"{notebook.name} left {len(left)} files in the temp folder, e.g. {left[:5]}"
     said = verdicts(nbformat.read(executed, as_version=4))
     answered = ANSWERS.get(notebook.stem, {})
