@@ -141,7 +141,8 @@ class Zygote:
 
     def __init__(self, preload: tuple[str, ...], env: dict):
         # its own output (import warnings; an import error) in a file, named when it fails: not in the notebook
-        self.log = tempfile.NamedTemporaryFile("w+", prefix="kit-warm-agent-", suffix=".log")
+        # (a file without a name: nothing is left behind even when this process is killed)
+        self.log = tempfile.TemporaryFile("w+", prefix="kit-warm-agent-", suffix=".log")
         self.proc = subprocess.Popen([sys.executable, "-m", __name__, ",".join(preload)], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, env=env, cwd=paths.REPO_ROOT,
                                      start_new_session=True)
