@@ -157,3 +157,25 @@ def test_bridge_imports_and_megatron_core_still_sees_no_te(call):
     registry = next(line for line in lines if line.startswith("REGISTRY ")).split(" ", 1)[1]
     live = {a for a in registry.split(",") if a.endswith("ForCausalLM")}  # (diffusion bridges load elsewhere)
     assert live == (set(architectures.text_architectures()) if call == "import_auto_bridge()" else {"LlamaForCausalLM"})
+
+
+BARE_THEN_CONFIG = """
+from helpers.runtime.compat import cpu as cpu_compat
+cpu_compat.import_megatron_eagerly()
+import sys, megatron.core
+from helpers.runtime.hf import te_standin
+te_standin.import_auto_bridge(['LlamaForCausalLM'])
+print("BARE", getattr(sys.modules["megatron.bridge.models"], "__kit_bare_package__", False))
+with te_standin.training_config_imports():
+    from megatron.bridge.training.config import ConfigContainer
+print("CONFIG", ConfigContainer.__name__)
+"""
+
+
+def test_bridge_s_training_config_imports_after_a_single_bridge_import():
+    """The single-bridge import leaves Bridge's two packages without their `__init__`; Bridge's training
+    config, imported later in the same process (a recipe checked in a notebook that exported a model),
+    imports GPTModelProvider from one of them, so the stand-in lets the packages' own code run first."""
+    out = subprocess.run([sys.executable, "-c", BARE_THEN_CONFIG], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-4:] == ["BARE", "True", "CONFIG", "ConfigContainer"]

@@ -50,15 +50,22 @@ def auto_bridge(architectures=(), core_only: bool = False):
         from megatron.bridge import AutoBridge
         return AutoBridge
     if not modules or None in modules:
-        for name in reversed(PACKAGES):  # an earlier bare import: now run the packages' own code
-            if _is_bare(name):
-                del sys.modules[name]
+        run_bare_packages()
         from megatron.bridge import AutoBridge
         return AutoBridge
     AutoBridge = _bare_auto_bridge()
     for module in modules:
         importlib.import_module(module)
     return AutoBridge
+
+
+def run_bare_packages() -> None:
+    """Forget the packages an earlier call entered bare, so that the next import of either runs its own
+    `__init__`: what the full import needs, and whatever imports names from them (Bridge's training
+    config imports `GPTModelProvider` from `megatron.bridge.models`). Their submodules stay imported."""
+    for name in reversed(PACKAGES):
+        if _is_bare(name):
+            del sys.modules[name]
 
 
 def _bare_auto_bridge():

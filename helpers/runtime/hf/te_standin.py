@@ -141,6 +141,9 @@ def training_config_imports():
 
     if "megatron.core" not in sys.modules:
         raise RuntimeError("import megatron.core before Megatron-Bridge (the TE stand-in relies on it)")
+    from helpers.runtime.hf import bridge_import
+
+    bridge_import.run_bare_packages()  # an earlier AutoBridge import in this process may have left them bare
     modules = {}
     if not te_installed():
         for name in PREIMPORT:
