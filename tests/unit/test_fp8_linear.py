@@ -99,6 +99,7 @@ out["output_layer_not_last_stage"] = fp8_linear.use_in_output_layer(gpt(False, p
 # The dense GeLU MLP with the GeLU inside the FP8 casts (fp8_mlp.FP8GeluMLP, delayed recipe) against
 # Megatron's MLP around the same FP8 linears: a two-layer GPT, three training steps, the same bytes
 from helpers.runtime.layers import fp8_mlp
+from tests.fp8_sgd import sgd_steps
 
 def mlp_gpt(fused, bias=False):
     torch.manual_seed(1)
@@ -115,17 +116,7 @@ runs = {}
 for fused in (False, True):
     swapped, model = mlp_gpt(fused)
     mlp = model.module.decoder.layers[0].mlp
-    seen_losses, grads = [], []
-    for step in range(3):
-        with fp8_matmul.training_step():
-            loss = model(tokens, positions, None).float().square().mean()
-            loss.backward()
-        seen_losses.append(float(loss))
-        grads.append([p.grad.clone() for p in model.parameters()])
-        with torch.no_grad():
-            for p in model.parameters():  # a plain SGD step, so each step sees new weights and scales
-                p -= 0.5 * p.grad
-                p.grad = None
+    seen_losses, grads = sgd_steps(model, tokens, positions)
     runs[fused] = {"swapped": swapped, "class": type(mlp).__name__, "fuses": mlp.fuses(None) if fused else None,
                    "losses": seen_losses, "grads": grads}
 out["gelu_mlp"] = {"swapped": runs[True]["swapped"], "class": runs[True]["class"], "fuses": runs[True]["fuses"],

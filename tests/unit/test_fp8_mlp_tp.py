@@ -34,7 +34,7 @@ def rank_main(rank, store_path, out_path, sequence_parallel):
     from megatron.core.transformer import TransformerConfig
     from megatron.core.transformer.mlp import MLP
     from megatron.core.transformer.module import Float16Module
-    from helpers.precision import fp8_matmul
+    from tests.fp8_sgd import sgd_steps
     from helpers.runtime.layers import specs
 
     dist.init_process_group("gloo", store=dist.FileStore(store_path, 2), rank=rank, world_size=2)
@@ -60,18 +60,8 @@ def rank_main(rank, store_path, out_path, sequence_parallel):
     runs = {}
     for fused in (True, False):
         model = gpt(fused)
-        losses, grads = [], []
-        for step in range(3):
-            with fp8_matmul.training_step():
-                # each rank's shard of the vocabulary-parallel logits: the ranks' losses differ
-                loss = model(tokens, positions, None).float().square().mean()
-                loss.backward()
-            losses.append(float(loss))
-            grads.append([p.grad.clone() for p in model.parameters()])
-            with torch.no_grad():
-                for p in model.parameters():  # a plain SGD step, so each step sees new weights and scales
-                    p -= 0.5 * p.grad
-                    p.grad = None
+        # each rank's shard of the vocabulary-parallel logits: the ranks' losses differ
+        losses, grads = sgd_steps(model, tokens, positions)
         runs[fused] = {"class": type(model.module.decoder.layers[0].mlp).__name__, "losses": losses, "grads": grads}
     result = {"rank": rank, "classes": [runs[True]["class"], runs[False]["class"]],
               "losses": runs[True]["losses"], "same_losses": runs[True]["losses"] == runs[False]["losses"],
