@@ -248,6 +248,8 @@ KIT_ONLY = {
     "hf_model": "an HF folder: Bridge's AutoBridge builds the provider from it, Megatron-LM loads Bridge's import",
     "export_hf": "Bridge's export of the trained checkpoint after the run, not a training argument",
     "attention": "the kit's core attention for its local backend; Megatron-LM's attention_backend stays TE's",
+    "cross_entropy": "which kernels compute the fused cross-entropy on GPU; the script keeps Megatron's "
+                     "cross_entropy_fusion_impl (native; te, with Transformer Engine, works as the kit's kernels do)",
     "data": "several arguments (--mock-data, --data-path or per-split paths) from the resolved data record",
     "tokenizer": "several arguments, made by one rule: helpers/rundir/megatron_lm.tokenizer_arguments",
     "data_dir": "where the kit finds raw text to tokenize; Megatron reads the tokenized indexed datasets",

@@ -19,6 +19,7 @@ DEVICES = ("auto", "cpu", "cuda")
 PRECISIONS = ("auto", "fp32", "bf16", "fp8")
 BACKENDS = ("auto", "local", "te")  # local: Megatron's local layer spec + the kit's modules; te: Megatron's TE spec
 ATTENTION_KINDS = ("auto", "sdpa", "megatron_local", "transformer_engine")
+CROSS_ENTROPY_KINDS = ("kit", "megatron")
 LR_DECAYS = ("constant", "linear", "cosine")  # Megatron's OptimizerParamScheduler styles the kit offers
 OVERLAP = ("auto", "on", "off")  # overlap_grad_reduce, overlap_param_gather
 GRAD_REDUCE_DTYPES = ("fp32", "bf16")  # the DDP gradient buffer (Megatron's grad_reduce_in_fp32)
@@ -101,6 +102,12 @@ class JobSpec(ParallelSizes):
                           "form when cp > 1 (helpers/runtime/layers/attention/); megatron_local = Megatron's "
                           "local DotProductAttention (materialises every score matrix; no CP, no MLA)",
                           choices=ATTENTION_KINDS)
+    cross_entropy: str = knob("kit", "the loss's fused vocab-parallel cross-entropy on GPU: kit = the kit's Triton "
+                              "kernels (Transformer Engine's way: the logits kept as they are, the softmax recomputed "
+                              "in the backward; helpers/runtime/layers/cross_entropy_triton.py); megatron = "
+                              "Megatron-Core's native one (torch.compile'd, keeps an fp32 softmax for the backward: "
+                              "what Megatron-LM runs without Transformer Engine). CPU jobs take Megatron's unfused one",
+                              choices=CROSS_ENTROPY_KINDS)
     # ---- activation recompute, with Megatron-Core's TransformerConfig names and defaults
     recompute_granularity: str | None = knob(None, "activation recompute: none = every activation kept for the "
                                              "backward; full = only each recomputed unit's input kept, its layers "

@@ -154,6 +154,10 @@ def _read(values: dict, given: dict, source: str, label: str) -> Reading:
     fields["precision"] = "bf16" if v("bf16") or v("fp16") else "fp32"
     if v("fp8"):
         _fp8(fields, v, changed)
+    # Megatron's cross-entropy, fused or not, keeps an fp32 softmax for the backward; Transformer
+    # Engine's (the fused one with impl te) keeps the logits as they are, as the kit's kernels do
+    te_loss = v("cross_entropy_loss_fusion") and v("cross_entropy_fusion_impl") == "te"
+    fields["cross_entropy"] = "kit" if te_loss else "megatron"
     _precision_aware_optimizer(fields, v, changed)
     if fields["precision"] == "fp32":
         fields.pop("grad_reduce_dtype", None)  # fp32 gradients whatever the DDP setting says

@@ -162,7 +162,8 @@ def plan_memory(model: ModelPreset, layout: Layout, training: Training = Trainin
             V = model.vocab_size // tp
             stats = 8 if model.normalization == "LayerNorm" else 4
             # final norm input + stats, output-layer input (SP: gathered), logits kept by the
-            # in-place cross entropy (its exp), target mask/indices
+            # cross entropy (Megatron's unfused one: its in-place exp; the kit's GPU kernels: the
+            # logits themselves, and a logsumexp per token), target mask/indices
             logits = Th * h * B + Th * stats + T * h * B + T * V * B + T * 17
             # backward: gradient of the logits (same size) and the output layer's weight gradient
             logits_transient = T * V * B + V * h * B

@@ -40,8 +40,11 @@ class Training:
     # Core attention on the local backend (JobSpec.attention): "sdpa" = the kit's fused torch SDPA
     # (no s x s matrix), "megatron_local" = Megatron's DotProductAttention (materialises it)
     attention: str = "sdpa"
-    # Megatron's fused (torch-compiled) vocab-parallel cross-entropy: the kit's worker turns it on
-    # on GPU (helpers/runtime/build.py); it keeps fp32 exp-logits instead of in-place bf16 ones
+    # Megatron's own cross-entropy on GPU (what Megatron-LM runs without Transformer Engine's; the kit's
+    # GPU jobs with JobSpec.cross_entropy = "megatron", or fp32 logits, which the kit's kernels leave to
+    # it): it keeps fp32 exp-logits instead of the 16-bit logits. False: the kit's kernels
+    # (helpers/runtime/layers/cross_entropy_triton.py) or Transformer Engine's, which keep the logits
+    # as they are, or CPU jobs (Megatron's unfused one on fp32 logits)
     fused_cross_entropy: bool = True
 
     @property
@@ -82,4 +85,5 @@ class Training:
                    bucket_size=spec.overlap_bucket_size if overlap else None,
                    grad_reduce_in_fp32=spec.grad_reduce_dtype == "fp32",
                    attention=attention_of(spec.attention, "te" if spec.backend == "te" else "local"),
-                   fused_cross_entropy=spec.device == "cuda")
+                   fused_cross_entropy=spec.device == "cuda" and (
+                       spec.cross_entropy == "megatron" or precision_of(spec.precision, spec.device) == "fp32"))

@@ -44,8 +44,10 @@ def job_fields(spec: JobSpec, on_cpu: bool, bf16: bool) -> dict:
         use_cpu_initialization=on_cpu,
         # Fusions that need apex or TE kernels stay off. On GPU the kit takes the ones Megatron
         # writes in torch and compiles (megatron/core/fusions, jit_fuser = torch.compile):
-        # bias+dropout+add and the vocab-parallel cross-entropy (bias+GeLU: transformer_config,
-        # it depends on the model), and the weight-gradient accumulation into fp32 main_grad,
+        # bias+dropout+add (bias+GeLU: transformer_config, it depends on the model); the
+        # vocab-parallel cross-entropy as the config names it (JobSpec.cross_entropy = "kit": computed by
+        # the kit's Triton kernels, layers/cross_entropy_triton.py, TE's way, no fp32 softmax kept), and
+        # the weight-gradient accumulation into fp32 main_grad,
         # whose apex kernels the kit substitutes (layers/wgrad_accumulation.py; the kit's FP8 linears
         # accumulate their own FP8 weight gradients: precision/cublaslt_accumulate.py). CPU keeps the
         # plain paths (cpu_compat imports Megatron without compile).
@@ -138,6 +140,9 @@ def model_chunks(config: TransformerConfig, model: ModelPreset, spec: JobSpec) -
     if config.gradient_accumulation_fusion:  # apex's weight-gradient kernels, substituted (also under TE: the output layer)
         from helpers.runtime.layers import wgrad_accumulation
         wgrad_accumulation.install()
+    if spec.cross_entropy == "kit" and config.cross_entropy_loss_fusion and not config.use_cpu_initialization:
+        from helpers.runtime.layers import cross_entropy_triton  # Megatron's compiled one keeps an fp32 softmax
+        cross_entropy_triton.install()
     if getattr(config, "hybrid_layer_pattern", None):  # an imported Nemotron-H: Megatron's HybridModel
         return [hybrid_model(config, model, spec)]
     chunks = []

@@ -183,7 +183,7 @@ def test_derived_jobs_reset_what_the_fields_metadata_says():
         "nproc", "micro_batch", "seq_len", "model", "model_overrides", "hf_model", "iters", "lr", "lr_warmup_iters",
         "lr_decay", "lr_decay_iters", "min_lr", "clip_grad", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps",
         "overlap_grad_reduce", "overlap_param_gather", "ddp_bucket_size", "grad_reduce_dtype", "seed",
-        "moe_dispatcher", "backend", "attention", "recompute_granularity", "recompute_method",
+        "moe_dispatcher", "backend", "attention", "cross_entropy", "recompute_granularity", "recompute_method",
         "recompute_num_layers", "recompute_modules", "tokenizer", "data_dir", "data_column", "data_split",
         "eval_interval", "eval_iters", "device", "precision", "fp8_recipe", "fp8_output_layer", "seed_checkpoint",
         "seed_checkpoint_dir", "name", "out", "tensorboard", "timeout_s", "stall_timeout_s",

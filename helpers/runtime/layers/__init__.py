@@ -7,5 +7,6 @@ the local backend lacks (each file's docstring names what it replaces and what T
   fp8_linear.py     Megatron's linears with FP8 GEMMs on torch._scaled_mm (TE's FP8 linears)
   fp8_mlp.py        the dense GeLU MLP with its GeLU inside the FP8 casts (TE's LayerNormMLP)
   rotary.py         rotary embedding fused on GPU (TE's rope fusion); rotary_triton.py its kernel
+  cross_entropy_triton.py  the loss on GPU in two Triton kernels, no fp32 softmax kept (TE's parallel_cross_entropy)
   wgrad_accumulation.py  weight gradients summed into fp32 main_grad by their GEMM on GPU (apex's kernels)
   mamba/            Mamba-2 hybrids without mamba_ssm (the kernels' torch equivalents)"""
