@@ -78,8 +78,8 @@ def run(mlp, tokens: int, steps: int = 3, repeats: int = 20) -> dict:
     return result
 
 
-TILES = [(64, 128, 4), (64, 128, 8), (64, 64, 4), (32, 128, 4), (32, 64, 4), (32, 64, 8), (16, 128, 4), (32, 32, 4),
-         (16, 64, 4), (64, 64, 8)]
+TILES = [(64, 128, 4), (64, 64, 4), (32, 128, 4), (32, 64, 4)]
+STRIPS = [1, 2, 4, 8]  # tiles per program down the rows (fp8_cast_gpu's *_CAST_STRIP)
 
 
 def kernel_times(tokens: int) -> dict:
@@ -96,10 +96,12 @@ def kernel_times(tokens: int) -> dict:
     def us(fn):
         return do_bench(fn, warmup=10, rep=60, return_mode="median") * 1e3
     out = {"torch_gelu": us(lambda: F.gelu(h)), "torch_gelu_backward": us(lambda: torch.ops.aten.gelu_backward(da, h))}
-    defaults = fp8_cast_gpu.DELAYED_CAST_TILE, fp8_cast_gpu.PROLOGUE_CAST_TILE
-    for tile in TILES:
+    defaults = (fp8_cast_gpu.DELAYED_CAST_TILE, fp8_cast_gpu.PROLOGUE_CAST_TILE, fp8_cast_gpu.DELAYED_CAST_STRIP,
+                fp8_cast_gpu.PROLOGUE_CAST_STRIP)
+    for tile, strip in [(t, s) for t in TILES for s in STRIPS]:
         fp8_cast_gpu.DELAYED_CAST_TILE = fp8_cast_gpu.PROLOGUE_CAST_TILE = tile
-        name = "x".join(map(str, tile))
+        fp8_cast_gpu.DELAYED_CAST_STRIP = fp8_cast_gpu.PROLOGUE_CAST_STRIP = strip
+        name = "x".join(map(str, tile)) + f"_strip{strip}"
         try:
             out[f"cast_{name}"] = us(lambda: fp8_cast_gpu.delayed_cast(h, f.max, f.dtype, scale, bits, True, True))
             out[f"gelu_cast_{name}"] = us(lambda: fp8_cast_gpu.delayed_cast(h, f.max, f.dtype, scale, bits, True, True,
@@ -108,7 +110,47 @@ def kernel_times(tokens: int) -> dict:
                 da, f.max, f.dtype, scale, bits, True, True, "gelu_backward", h))
         except Exception as e:  # a tile too large for shared memory fails to compile: keep the others
             out[f"error_{name}"] = str(e)[-300:]
-    fp8_cast_gpu.DELAYED_CAST_TILE, fp8_cast_gpu.PROLOGUE_CAST_TILE = defaults
+    (fp8_cast_gpu.DELAYED_CAST_TILE, fp8_cast_gpu.PROLOGUE_CAST_TILE, fp8_cast_gpu.DELAYED_CAST_STRIP,
+     fp8_cast_gpu.PROLOGUE_CAST_STRIP) = defaults
+    return out
+
+
+def byte_check(rows: int = 4136) -> dict:
+    """The delayed cast's bytes and amax against torch's: the op (none, GeLU, GeLU's backward) in bf16,
+    then recipes' arithmetic (fp32 multiply by the scale, clamp to +-max, cast). Inputs with values
+    past the format's range, infinities and NaNs, on a row count that leaves the last strip ragged.
+    Counts differing bytes outside the NaN positions, and whether NaNs land where torch's do."""
+    from helpers.precision import formats, fp8_cast_gpu
+    torch.manual_seed(1)
+    x = torch.randn(rows, FFN, device="cuda") * 4
+    x.view(-1)[::997] = float("inf")
+    x.view(-1)[::1009] = -float("inf")
+    x.view(-1)[::1013] = float("nan")
+    x, h = x.bfloat16(), (torch.randn(rows, FFN, device="cuda") * 3).bfloat16()
+    out = {}
+    for fmt in ("e4m3", "e5m2"):
+        f = formats.get(fmt)
+        scale = torch.tensor(f.max / 30.0, device="cuda")  # |x| > 30 saturates
+        for prologue in (None, "gelu", "gelu_backward"):
+            ref = fp8_matmul.apply_prologue(x, prologue, h if prologue == "gelu_backward" else None).float()
+            want = (ref * scale).clamp(-f.max, f.max).to(f.dtype)
+            bits = torch.zeros((), dtype=torch.int32, device="cuda")
+            q, qt = fp8_cast_gpu.delayed_cast(x, f.max, f.dtype, scale, bits, True, True, prologue,
+                                              h if prologue == "gelu_backward" else None)
+            nan = ref.isnan()
+            got_amax, want_amax = bits.view(torch.float32), ref.abs().amax()
+            out[f"{fmt}_{prologue}"] = {
+                "differing_bytes": differing(q[~nan].contiguous(), want[~nan].contiguous())
+                + differing(qt.t()[~nan].contiguous(), want[~nan].contiguous()),
+                "nan_positions_equal": bool(torch.equal(q.float().isnan(), nan) and torch.equal(qt.t().float().isnan(), nan)),
+                "amax_nan_kept": bool(got_amax.isnan() and want_amax.isnan()),
+            }
+            finite = torch.where(x.isfinite(), x, 0)  # the amax of finite values, bit for bit
+            bits.zero_()
+            fp8_cast_gpu.delayed_cast(finite, f.max, f.dtype, scale, bits, True, True, prologue,
+                                      h if prologue == "gelu_backward" else None)
+            want_amax = fp8_matmul.apply_prologue(finite, prologue, h if prologue == "gelu_backward" else None).float().abs().amax()
+            out[f"{fmt}_{prologue}"]["finite_amax_equal"] = bool(bits.view(torch.float32) == want_amax)
     return out
 
 
@@ -124,6 +166,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.kernels:
+        print(json.dumps({"byte_check": byte_check()}, indent=1), flush=True)
         times = kernel_times(args.tokens)
         print(json.dumps({k: round(v, 1) if isinstance(v, float) else v for k, v in times.items()}, indent=1),
               flush=True)
