@@ -9,6 +9,7 @@ and writes OUT/cross_entropy.json."""
 import argparse
 import json
 import os
+import time
 from pathlib import Path
 
 import torch
@@ -57,6 +58,7 @@ def main():
     exact_loss = torch.logsumexp(logits.double(), -1) - logits.double().gather(-1, labels[..., None]).squeeze(-1)
     differing = (native_grad != kit_grad)
     result = {
+        "date": time.strftime("%Y-%m-%d"), "command": "python -m benchmarks.speed.cross_entropy --out OUT",
         "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "shape": [SEQ, BATCH, VOCAB],
         "native_ms": timed_ms(lambda: forward_backward(native, logits, labels, dloss), reps=10),
         "kit_ms": timed_ms(lambda: forward_backward(kit, logits, labels, dloss), reps=10),

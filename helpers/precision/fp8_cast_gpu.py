@@ -46,11 +46,11 @@ SCALE_CAST_TILE = (64, 128, 4)
 DELAYED_CAST_TILE = (64, 128, 4)
 # The casts that compute GeLU or its gradient first are bound by instructions (the erf), not memory:
 # smaller tiles keep more programs in flight. benchmarks/speed/fp8_gelu_mlp.py --kernels on one H100
-# (2026-12-07, [16384, 8192]): GeLU + cast 284 us with 32 x 64 against 352 with 64 x 128; its
-# backward + cast 361 against 450 (torch's GeLU then the plain cast: 192 + 214 us, backward 269 + 214).
-PROLOGUE_CAST_TILE = (32, 64, 4)
-# Tiles per program down the rows (one amax atomic per strip): benchmarks/speed/fp8_gelu_mlp.py --kernels.
-DELAYED_CAST_STRIP, PROLOGUE_CAST_STRIP = 1, 4
+# (2026-12-07, [16384, 8192], no clamp: SATURATE): GeLU + cast 259 us with 32 x 128, 271 with 32 x 64,
+# 301 with 64 x 128; its backward + cast 335, 340, 470 (torch's GeLU then the plain cast: 192 + 195 us,
+# backward 268 + 195). Folding each program's amax over a strip of 2-8 tiles before its one atomic
+# (fewer same-address atomics) was slower or within 1%.
+PROLOGUE_CAST_TILE = (32, 128, 4)
 # Under Triton's CPU interpreter (the unit tests) the FP8 conversion does not saturate by itself.
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 PER_TENSOR, PER_ROW, PER_COLUMN = 0, 1, 2
@@ -124,58 +124,51 @@ def _gelu_backward_of(dy, h):
 @triton.jit
 def _delayed_cast_kernel(x_ptr, h_ptr, scale_ptr, amax_bits_ptr, q_ptr, qt_ptr, M, K, fmax,
                          PROLOGUE: tl.constexpr, PLAIN: tl.constexpr, TRANSPOSED: tl.constexpr,
-                         EVEN: tl.constexpr, SATURATE: tl.constexpr, STRIP: tl.constexpr,
-                         BM: tl.constexpr, BK: tl.constexpr):
+                         EVEN: tl.constexpr, SATURATE: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
     """Delayed scaling: the scale is given (from earlier steps' amaxes), so there is no reduction
-    before the cast; the tensor's own amax is measured on the way: each program keeps an elementwise
-    max of |x| over its strip of STRIP tiles (down the rows) and folds it in with one integer atomic
-    max at the end (non-negative floats order like their bit patterns, and a NaN's above inf's, so a
-    NaN is kept; one atomic per strip, not per tile: on [16384, 8192] with 32 x 64 tiles that is
-    65,536 atomics on one address otherwise). PROLOGUE: the elementwise op whose bf16 output is
-    cast, computed here instead of in a pass of its own (0 none, 1 GeLU(x), 2 GeLU's backward of the
-    gradient x at the input h); its value is rounded to bf16 first, so the bytes are those of the op
-    followed by the plain cast. EVEN: the matrix is a whole number of strips, so no loads or stores
-    are masked. SATURATE: clamp to +-fmax before the cast, as torch's recipe does; on the GPU
-    Triton's conversion is PTX's `cvt.rn.satfinite` (out-of-range values and infinities to the
-    largest finite value, NaN kept), which gives the same bytes without it, so only Triton's CPU
-    interpreter (whose conversion does not saturate) needs the clamp."""
+    before the cast; the tensor's own amax is measured on the way, each tile's folded in with one
+    integer atomic max (non-negative floats order like their bit patterns, and a NaN's above
+    inf's, so a NaN is kept). PROLOGUE: the elementwise op whose bf16 output is cast, computed here
+    instead of in a pass of its own (0 none, 1 GeLU(x), 2 GeLU's backward of the gradient x at the
+    input h); its value is rounded to bf16 first, as the op's own output would be. EVEN: the matrix
+    is a whole number of tiles, so no loads or stores are masked (with the GeLU's erf the kernel is
+    bound by instructions, not memory). SATURATE: clamp to +-fmax before the cast, as torch's recipe
+    does; on the GPU Triton's conversion is PTX's `cvt.rn.satfinite` (out-of-range values and
+    infinities to the largest finite value, NaN kept), which gives the same bytes without the clamp's
+    instructions, so only Triton's CPU interpreter (whose conversion does not saturate) needs it."""
     pid_m, pid_k = tl.program_id(0), tl.program_id(1)
+    rows = pid_m * BM + tl.arange(0, BM)
     cols = pid_k * BK + tl.arange(0, BK)
-    scale = tl.load(scale_ptr)
-    amax = tl.zeros([BM, BK], dtype=tl.int32)
-    for i in tl.static_range(STRIP):
-        rows = (pid_m * STRIP + i) * BM + tl.arange(0, BM)
-        inside = (rows < M)[:, None] & (cols < K)[None, :]
-        offsets = rows[:, None].to(tl.int64) * K + cols[None, :]
+    inside = (rows < M)[:, None] & (cols < K)[None, :]
+    offsets = rows[:, None].to(tl.int64) * K + cols[None, :]
+    if EVEN:
+        x = tl.load(x_ptr + offsets).to(tl.float32)
+    else:
+        x = tl.load(x_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+    if PROLOGUE == 1:
+        x = _gelu_of(x).to(tl.bfloat16).to(tl.float32)
+    elif PROLOGUE == 2:
         if EVEN:
-            x = tl.load(x_ptr + offsets).to(tl.float32)
+            h = tl.load(h_ptr + offsets).to(tl.float32)
         else:
-            x = tl.load(x_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
-        if PROLOGUE == 1:
-            x = _gelu_of(x).to(tl.bfloat16).to(tl.float32)
-        elif PROLOGUE == 2:
-            if EVEN:
-                h = tl.load(h_ptr + offsets).to(tl.float32)
-            else:
-                h = tl.load(h_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
-            x = _gelu_backward_of(x, h).to(tl.bfloat16).to(tl.float32)
-        amax = tl.maximum(amax, tl.abs(x).to(tl.int32, bitcast=True))
-        scaled = x * scale
-        if SATURATE:
-            scaled = _saturate(scaled, fmax)
-        q = scaled.to(q_ptr.dtype.element_ty)
-        transposed_offsets = cols[:, None].to(tl.int64) * M + rows[None, :]
-        if EVEN:
-            if PLAIN:
-                tl.store(q_ptr + offsets, q)
-            if TRANSPOSED:
-                tl.store(qt_ptr + transposed_offsets, tl.trans(q))
-        else:
-            if PLAIN:
-                tl.store(q_ptr + offsets, q, mask=inside)
-            if TRANSPOSED:
-                tl.store(qt_ptr + transposed_offsets, tl.trans(q), mask=tl.trans(inside))
-    tl.atomic_max(amax_bits_ptr, tl.max(tl.max(amax, axis=1), axis=0))
+            h = tl.load(h_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+        x = _gelu_backward_of(x, h).to(tl.bfloat16).to(tl.float32)
+    tl.atomic_max(amax_bits_ptr, tl.max(tl.max(tl.abs(x).to(tl.int32, bitcast=True), axis=1), axis=0))
+    scaled = x * tl.load(scale_ptr)
+    if SATURATE:
+        scaled = _saturate(scaled, fmax)
+    q = scaled.to(q_ptr.dtype.element_ty)
+    transposed_offsets = cols[:, None].to(tl.int64) * M + rows[None, :]
+    if EVEN:
+        if PLAIN:
+            tl.store(q_ptr + offsets, q)
+        if TRANSPOSED:
+            tl.store(qt_ptr + transposed_offsets, tl.trans(q))
+    else:
+        if PLAIN:
+            tl.store(q_ptr + offsets, q, mask=inside)
+        if TRANSPOSED:
+            tl.store(qt_ptr + transposed_offsets, tl.trans(q), mask=tl.trans(inside))
 
 
 PROLOGUES = {None: 0, "gelu": 1, "gelu_backward": 2}
@@ -210,11 +203,10 @@ def delayed_cast(x: torch.Tensor, fmax: float, dtype: torch.dtype, scale: torch.
     m, k = x.shape
     q, qt, q_arg, qt_arg = _layouts(m, k, dtype, x.device, plain, transposed)
     bm, bk, warps = DELAYED_CAST_TILE if prologue is None else PROLOGUE_CAST_TILE
-    strip = DELAYED_CAST_STRIP if prologue is None else PROLOGUE_CAST_STRIP
-    _delayed_cast_kernel[triton.cdiv(m, bm * strip), triton.cdiv(k, bk)](
+    _delayed_cast_kernel[triton.cdiv(m, bm), triton.cdiv(k, bk)](
         x, x if h is None else h, scale, amax_bits, q_arg, qt_arg, m, k, fmax, PROLOGUE=PROLOGUES[prologue],
-        PLAIN=plain, TRANSPOSED=transposed, EVEN=m % (bm * strip) == 0 and k % bk == 0, SATURATE=INTERPRETED,
-        STRIP=strip, BM=bm, BK=bk, num_warps=warps)
+        PLAIN=plain, TRANSPOSED=transposed, EVEN=m % bm == 0 and k % bk == 0, SATURATE=INTERPRETED,
+        BM=bm, BK=bk, num_warps=warps)
     return q, qt
 
 

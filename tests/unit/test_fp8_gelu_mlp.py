@@ -101,7 +101,7 @@ def compare_all() -> dict:
     out = {"construction": bool(torch.equal(F.gelu(h).float(), torch.where(positive, h.float(), 0.0))
                                 and torch.equal(torch.ops.aten.gelu_backward(da, h).float(),
                                                 torch.where(positive, da.float(), 0.0)))}
-    for shape in ("ragged", "whole_tiles"):  # 140 x 300, and 128 x 128: whole strips of tiles, no masks (EVEN)
+    for shape in ("ragged", "whole_tiles"):  # 140 x 300, and 128 x 128: whole tiles, no masks (EVEN)
         if shape == "whole_tiles":
             h, da = h[:128, :128].contiguous(), da[:128, :128].contiguous()
         for name, value, kwargs in (("gelu", F.gelu(h), {"prologue": "gelu"}),
