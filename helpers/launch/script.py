@@ -14,6 +14,7 @@ import dataclasses
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from helpers.errors import ScriptFailed
@@ -32,9 +33,11 @@ class ScriptRun:
     seconds: float
 
 
-def command(script: Path, nproc: int, args: list[str]) -> list[str]:
+def command(script: Path, nproc: int, args: list[str], log_dir) -> list[str]:
+    """torchrun's agent keeps a folder per attempt and a failed rank's error file under --log-dir;
+    without one it leaves them in the system's temp folder (helpers/rundir/names.TORCHELASTIC_LOGS)."""
     return [sys.executable, "-m", TORCHRUN, "--standalone", "--nnodes", "1", "--nproc-per-node", str(nproc),
-            "-m", ENTRY, str(script), *args]
+            "--log-dir", str(log_dir), "-m", ENTRY, str(script), *args]
 
 
 def run_script(script, nproc: int = 1, args: list[str] = (), device: str = "cpu", timeout_s: float = 600,
@@ -52,11 +55,12 @@ def run_script(script, nproc: int = 1, args: list[str] = (), device: str = "cpu"
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""  # a CPU run never touches a GPU, even where one exists
     t0 = time.perf_counter()
-    try:
-        done = subprocess.run(command(script, nproc, list(args)), cwd=cwd or script.parent, env=env,
-                              capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise ScriptFailed(f"{script.name} did not finish in {timeout_s:g} s") from exc
+    with tempfile.TemporaryDirectory(prefix="kit-script-") as logs:  # the agent's files, removed after
+        try:
+            done = subprocess.run(command(script, nproc, list(args), logs), cwd=cwd or script.parent, env=env,
+                                  capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired as exc:
+            raise ScriptFailed(f"{script.name} did not finish in {timeout_s:g} s") from exc
     output = done.stdout + done.stderr
     if done.returncode != 0:
         tail = "\n".join(line for line in output.splitlines() if line.strip())[-3000:]

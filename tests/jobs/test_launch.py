@@ -126,14 +126,22 @@ def test_unknown_model_is_rejected(runs):
         launch.run(**runs, model="nope")
 
 
-def test_a_learners_script_that_fails_is_reported_with_its_last_lines(tmp_path):
+def test_a_learners_script_that_fails_is_reported_with_its_last_lines(tmp_path, monkeypatch):
     """launch.run_script: a rank's exception reaches the caller as ScriptFailed with the script's
-    own message, not a torchrun traceback to dig through."""
+    own message, not a torchrun traceback to dig through; torchrun's agent leaves nothing in the
+    temp folder (its attempt folders and the failed rank's error file go to a log folder removed after)."""
+    import tempfile
+
     from helpers.errors import ScriptFailed
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    monkeypatch.setenv("TMPDIR", str(scratch))
     script = tmp_path / "broken.py"
     script.write_text("import torch.distributed as dist\ndist.init_process_group('gloo')\n"
                       "raise ValueError('my model has 5 heads, TP=2 cannot split them')\n")
     with pytest.raises(ScriptFailed, match="5 heads, TP=2"):
         launch.run_script(script, nproc=1, timeout_s=120)
+    assert not list(scratch.iterdir())
     with pytest.raises(FileNotFoundError):
         launch.run_script(tmp_path / "missing.py")
