@@ -15,7 +15,8 @@ in .megatron-lm/, WikiText-2 raw's valid and test files in .kitdata/wikitext-2-r
 The job: the kit's tiny-gpt preset at hidden 256 (4 layers, 4 heads, FFN 256, vocabulary 512, RoPE, no
 biases), WikiText-2 raw through the byte tokenizer, sequence 256, micro batch 4, global batch 16, lr 3e-4
 constant, bf16, Megatron's local attention (`--attention megatron_local`: the DotProductAttention of
-Megatron-LM's `--transformer-impl local`, so both sides run the same attention kernels), N iterations
+Megatron-LM's `--transformer-impl local`, so both sides run the same attention kernels) and Megatron's
+cross entropy (`--cross-entropy megatron`), N iterations
 (--iters), checkpoints at N/2 (--resume-iters) and N. Steps, each a subprocess whose stdout and stderr
 are kept in OUT/<run>/:
 
@@ -127,7 +128,8 @@ def for_this_image(argv: list[str]) -> tuple[list[str], list[str]]:
                                  the fused RoPE: off, as in the kit's job (its bias+dropout fusion stays on,
                                  Megatron-LM's default and the kit's on GPU: a torch-compiled function);
       --cross-entropy-loss-fusion --cross-entropy-fusion-impl native   Megatron's torch-compiled
-                                 vocab-parallel cross entropy, which the kit's GPU job uses.
+                                 vocab-parallel cross entropy, which the kit's job is given
+                                 (--cross-entropy megatron) instead of its own Triton kernels.
     One kernel stays different: the kit accumulates weight gradients into fp32 main_grad inside the GEMM
     (its stand-in for apex's fused kernel, helpers/runtime/layers/wgrad_accumulation.py); Megatron-LM without
     apex computes them in bf16 and adds them to main_grad. Nothing else changes: model, layout, batch,
@@ -309,7 +311,8 @@ class Driver:
         results = {**self.meta, "iters": self.n, "resume_iters": self.half, "bf16_bound": BF16_BOUND,
                    "job": {"model": MODEL, "model_overrides": MODEL_OVERRIDES, "seq_len": SEQ_LEN,
                            "micro_batch": MICRO_BATCH, "global_batch": GLOBAL_BATCH, "lr": LR, "precision": "bf16",
-                           "attention": "megatron_local", "data": "wikitext", "tokenizer": "byte"},
+                           "attention": "megatron_local", "cross_entropy": "megatron", "data": "wikitext",
+                           "tokenizer": "byte"},
                    "megatron_lm_edits": self.megatron_lm_edits, "runs": self.runs,
                    "comparisons": comparisons(self.runs, self.n)}
         text = json.dumps(results, indent=1, default=str).replace(str(self.out), "OUT")
@@ -345,7 +348,8 @@ class Driver:
             argv += ["--model-overrides", f"{k}={v}"]
         argv += ["--data", "wikitext", "--tokenizer", "byte", "--seq-len", str(SEQ_LEN), "--micro-batch",
                  str(MICRO_BATCH), "--global-batch", str(GLOBAL_BATCH), "--lr", str(LR), "--iters", str(self.n),
-                 "--precision", "bf16", "--device", "cuda", "--attention", "megatron_local", "--no-seed-checkpoint",
+                 "--precision", "bf16", "--device", "cuda", "--attention", "megatron_local", "--cross-entropy",
+                 "megatron", "--no-seed-checkpoint",
                  "--name", key, "--out", str(self.out / key / "runs"), "--timeout-s", str(int(timeout_s - 15))]
         if save:
             argv += ["--save-interval", str(self.half)]
