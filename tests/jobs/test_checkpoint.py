@@ -235,7 +235,8 @@ def test_the_kit_resumes_what_megatron_lm_saved(name, trios, tmp_path):
     straight, crashed, _ = trios(name)
     theirs = tmp_path / "megatron-lm" / "checkpoints"
     saved = subprocess.run([str(Path(sys.executable).with_name("torchrun")), "--standalone", "--nproc-per-node",
-                            str(crashed.spec.world_size), str(Path(__file__).with_name("megatron_lm_save.py")),
+                            str(crashed.spec.world_size), "--log-dir", str(tmp_path / "torchelastic"),  # not in /tmp
+                            str(Path(__file__).with_name("megatron_lm_save.py")),
                             str(crashed.path), str(crashed.path / "checkpoints" / checkpoint_dir.iter_name(N)),
                             str(theirs)], capture_output=True, text=True, timeout=600, cwd=Path(__file__).parents[2])
     assert saved.returncode == 0, saved.stderr[-3000:]
