@@ -56,30 +56,12 @@ def pytest_configure(config):
     os.environ.setdefault("PYTHONWARNINGS", "ignore")
 
 
-def pytest_collection_modifyitems(config, items):
-    """The longest units of work first, the shortest last, so neither `make test` worker ends alone
-    with a long one (longest-processing-time-first scheduling): the lessons (each minutes of
-    papermill; the later ones run the bigger jobs), then the job files, then the unit tests, which
-    fill the gaps at the end. Only the order changes; every worker sorts the same collection alike."""
-    folders = ("tests/notebooks/", "tests/jobs/")  # then everything else
-
-    def rank(index_and_item):
-        index, item = index_and_item
-        folder = next((n for n, f in enumerate(folders) if item.nodeid.startswith(f)), len(folders))
-        return folder, -index if folder == 0 else index  # later lessons first, the rest as collected
-    items[:] = [item for _, item in sorted(enumerate(items), key=rank)]
-
-
 def pytest_xdist_make_scheduler(config, log):
     """How `make test` shares the tests between its two pytest-xdist workers (`-n 2`): a file's
     tests stay together (their module fixtures train once), and each lesson is a unit of its own
     (one papermill run each), so while one worker waits on a job's ranks the other keeps the second
-    core busy. Units go out in the collection's order (pytest_collection_modifyitems: longest
-    first), not xdist's default of the units with the most tests first, which left the longest
-    lesson for last. (pytest-xdist's own `loadgroup` marks do not reach its scheduler under pytest 9.)"""
+    core busy. (pytest-xdist's own `loadgroup` marks do not reach its scheduler under pytest 9.)"""
     from xdist.scheduler import LoadScopeScheduling
-
-    config.option.loadscopereorder = False
 
     class FileOrLesson(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
