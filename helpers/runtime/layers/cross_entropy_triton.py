@@ -14,7 +14,7 @@ three passes over the bf16 logits' bytes in all (1.8 ms there).
 
 Tensor parallel: each rank holds a slice of the vocabulary. The forward kernel returns each token's
 local max, local sum of exp(x - local max) and its target's logit where the target falls in this
-rank's slice (0 elsewhere); three all-reduces over [tokens]-sized vectors combine them, as Megatron's
+rank's slice (0 elsewhere); two all-reduces over [tokens]-sized vectors combine them, as Megatron's
 VocabParallelCrossEntropy does. Arithmetic in fp32 throughout; the loss equals the native path's
 to fp32 rounding and each gradient element to one bf16 rounding (tests/unit/test_cross_entropy_triton.py,
 in Triton's interpreter on CPU; benchmarks/speed/cross_entropy.py on the GPU)."""
@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 import triton
 import triton.language as tl
+from megatron.core.tensor_parallel.utils import VocabUtility
 
 # Vocabulary entries per loop step and warps per program (one program per token): 8 bf16 values
 # (16 bytes) per thread per load at 8 warps. The slice's vocabulary size is a compile-time constant
@@ -76,11 +77,17 @@ def _backward_kernel(x_ptr, labels_ptr, lse_ptr, dloss_ptr, dx_ptr, vocab_start,
         tl.store(dx_ptr + row * V + c, (p * dloss).to(dx_ptr.dtype.element_ty), mask=inside)
 
 
+def _split(tp_group) -> bool:
+    """The vocabulary is split over more than one tensor-parallel rank."""
+    return tp_group is not None and dist.get_world_size(tp_group) > 1
+
+
 def _vocab_start(tp_group, v_local: int) -> int:
-    """Where this rank's vocabulary slice starts (Megatron's VocabUtility: rank x slice size)."""
-    if tp_group is None or dist.get_world_size(tp_group) == 1:
+    """Where this rank's vocabulary slice starts (Megatron's own rule)."""
+    if not _split(tp_group):
         return 0
-    return dist.get_rank(tp_group) * v_local
+    return VocabUtility.vocab_range_from_per_partition_vocab_size(
+        v_local, dist.get_rank(tp_group), dist.get_world_size(tp_group))[0]
 
 
 def logsumexp_and_target(logits2: torch.Tensor, labels1: torch.Tensor, tp_group) -> tuple[torch.Tensor, torch.Tensor]:
@@ -89,13 +96,13 @@ def logsumexp_and_target(logits2: torch.Tensor, labels1: torch.Tensor, tp_group)
     row_max, row_sum, target = (torch.empty(n, dtype=torch.float32, device=logits2.device) for _ in range(3))
     _forward_kernel[(n,)](logits2, labels1, row_max, row_sum, target, _vocab_start(tp_group, v), V=v,
                           BLOCK=BLOCK, num_warps=WARPS)
-    if tp_group is not None and dist.get_world_size(tp_group) > 1:
+    if _split(tp_group):
         global_max = row_max.clone()
         dist.all_reduce(global_max, op=dist.ReduceOp.MAX, group=tp_group)
-        row_sum.mul_(torch.exp(row_max - global_max))
-        dist.all_reduce(row_sum, group=tp_group)
-        dist.all_reduce(target, group=tp_group)
-        row_max = global_max
+        # the sums rescaled to the global max, and the target's logit (one rank's, zeros elsewhere): one all-reduce
+        sums = torch.stack([row_sum * torch.exp(row_max - global_max), target])
+        dist.all_reduce(sums, group=tp_group)
+        (row_sum, target), row_max = sums, global_max
     return row_max + torch.log(row_sum), target
 
 
