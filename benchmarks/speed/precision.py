@@ -16,7 +16,7 @@ against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocatio
     KIT_DATA_DIR=<folder with wikitext-2-raw-v1/ and tokenizers/gpt2/> \\
     python -m benchmarks.speed.precision --out DIR [--iters 200] [--global-batch 32] [--micro-batch 4]
         [--rowwise-iters 30] [--skip gemm,bf16,tensorwise,delayed,rowwise,recipes] [--merge EARLIER/results.json]
-        [--repeat bf16|fp8_delayed]
+        [--repeat bf16|fp8_delayed] [--other-seed bf16|fp8_delayed]
         [--profile [full|device]] [--data-dir CORPUS] [--job-timeout-s 420] [--lr-warmup-iters N --lr-decay cosine]
 
 Global batch 32 (8 microbatches) is the GPU-speed benchmark's (benchmarks/speed/throughput.py); 200 of
@@ -33,7 +33,10 @@ torch_profile; those two iterations are left out of the step time). --data-dir t
 corpus in WikiText's layout (benchmarks/common/text_corpus.py: WikiText-2's ~0.22M training tokens are
 memorised in 200 iterations at global batch 32 or 64); --lr-warmup-iters/--lr-decay/--min-lr give
 the jobs a learning-rate schedule (default: a constant 3e-4); losses are compared only between
-entries of the same data and schedule.
+entries of the same data and schedule. --repeat trains an entry again unchanged (on one GPU bf16 repeats
+bit for bit for tens of iterations, so that spread is small); --other-seed trains it again from other
+initial weights (JobSpec.seed OTHER_SEED): the run-to-run spread of the final loss that an FP8 gap is
+judged against.
 """
 import argparse
 import json
@@ -54,6 +57,7 @@ EVAL_EVERY = 25  # held-out (validation) loss every 25 iterations; test loss aft
 LR = 3e-4  # peak learning rate (constant unless --lr-warmup-iters/--lr-decay)
 PEAK_BF16 = 989e12  # H100/H200 dense bf16, datasheet
 WARMUP = 3
+OTHER_SEED = 4321  # --other-seed: JobSpec.seed's default is 1234
 # FP8 entries (fp8_<variant>): recipe, and whether the output layer's GEMMs are FP8 too (JobSpec.fp8_output_layer)
 VARIANTS = {"tensorwise": ("tensorwise", False), "delayed": ("delayed", False), "rowwise": ("rowwise", False),
             "delayed_out": ("delayed", True)}
@@ -159,7 +163,7 @@ def quantiser_check(x) -> dict:
 
 def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Path, data_dir: str | None,
           timeout_s: int, schedule: dict, capture: int | None = None, profile: Path | None = None,
-          output_layer: bool = False, profile_mode: str = "full") -> dict:
+          output_layer: bool = False, profile_mode: str = "full", seed: int | None = None) -> dict:
     t0 = time.time()
     with GpuSamples() as gpu:
         run = launch.run(model="tiny-gpt", model_overrides=MODEL, seq_len=SEQ, micro_batch=micro, global_batch=gbs,
@@ -169,7 +173,7 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
                          out=str(out / "runs"), eval_interval=EVAL_EVERY, progress=False, timeout_s=timeout_s,
                          capture_tensors_at=capture or None, torch_profile=str(profile) if profile else None,
                          torch_profile_mode=profile_mode,
-                         env={"NCCL_NVLS_ENABLE": "0"})
+                         env={"NCCL_NVLS_ENABLE": "0"}, **({"seed": seed} if seed is not None else {}))
     timed = run.metrics[WARMUP:len(run.metrics) - (2 if profile else 0)]  # (the profiled two: slower)
     if not timed:
         raise ValueError(f"{iters} iterations leave no timed step after {WARMUP} warm-up ones"
@@ -181,7 +185,7 @@ def train(precision: str, recipe: str, iters: int, gbs: int, micro: int, out: Pa
     plan = peak_rows(run.spec, peaks)[0]
     model = run.spec.model_preset()
     return {"precision": precision, "recipe": recipe if precision == "fp8" else None, "iters": iters,
-            "fp8_output_layer": output_layer,
+            "fp8_output_layer": output_layer, "seed": run.spec.seed,
             "global_batch": gbs, "micro_batch": micro, "machine": machine(), "step_time_s": step,
             "tokens_per_s": gbs * SEQ / step, **split,
             "mfu_vs_bf16_peak": mfu(gbs * SEQ / step, model, SEQ, PEAK_BF16), "losses": run.losses,
@@ -286,6 +290,8 @@ def main():
     ap.add_argument("--merge", type=Path, help="an earlier call's results.json: its entries are kept")
     ap.add_argument("--repeat", choices=("bf16", "fp8_delayed"), help="train this entry again, as <entry>_repeat: "
                     "how far one precision lands from itself (GPU runs are not bit for bit repeatable)")
+    ap.add_argument("--other-seed", choices=("bf16", "fp8_delayed"), help="train this entry again from other "
+                    f"initial weights (seed {OTHER_SEED}), as <entry>_other_seed: the run-to-run spread of the loss")
     args = ap.parse_args()
     import torch
 
@@ -330,14 +336,17 @@ def main():
         if variant not in skip and iters:
             attempt(f"fp8_{variant}", train, "fp8", recipe, iters, *batches, profile=profile(f"fp8_{variant}"),
                     output_layer=output_layer, profile_mode=args.profile or "full")
-    if args.repeat:
-        precision, recipe = ("bf16", "tensorwise") if args.repeat == "bf16" else ("fp8", "delayed")
-        attempt(f"{args.repeat}_repeat", train, precision, recipe, args.iters, *batches)
-        res.pop(f"spread_{args.repeat}", None)
-        spread = loss_gaps(res.get(args.repeat, {}), res.get(f"{args.repeat}_repeat", {}))
+    for entry, suffix, seed in ((args.repeat, "repeat", None), (args.other_seed, "other_seed", OTHER_SEED)):
+        if not entry:
+            continue
+        precision, recipe = ("bf16", "tensorwise") if entry == "bf16" else ("fp8", "delayed")
+        attempt(f"{entry}_{suffix}", train, precision, recipe, args.iters, *batches, seed=seed)
+        spread_key = f"spread_{entry}" if suffix == "repeat" else f"spread_{entry}_{suffix}"
+        res.pop(spread_key, None)
+        spread = loss_gaps(res.get(entry, {}), res.get(f"{entry}_{suffix}", {}))
         if spread:
-            res[f"spread_{args.repeat}"] = spread
-            print(f"{args.repeat} against itself: {json.dumps(spread)}", flush=True)
+            res[spread_key] = spread
+            print(f"{entry} against its {suffix.replace('_', ' ')}: {json.dumps(spread)}", flush=True)
     b = res.get("bf16", {})
     for variant in VARIANTS:  # (rowwise: a shorter run, so its loss gap only at equal iterations)
         f = res.get(f"fp8_{variant}", {})
