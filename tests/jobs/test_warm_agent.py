@@ -29,9 +29,11 @@ def test_a_warm_job_trains_what_a_cold_one_trains(runs, monkeypatch):
 def _agent(tmp_path, script: str):
     path = tmp_path / "rank.py"
     path.write_text(script)
+    # the agent's folders out of /tmp: --log-dir as torchrun.command gives a job; TMPDIR for the forkserver's
+    # own temp folder, which a killed agent cannot remove
     args = ["--standalone", "--nnodes", "1", "--nproc-per-node", "2", "--start-method", "forkserver",
-            "--run-path", str(path)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+            "--log-dir", str(tmp_path / "torchelastic"), "--run-path", str(path)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))
     cmd = [sys.executable, "-m", torchrun.TORCHRUN, "--preload", "", *args]  # as torchrun.command writes it
     return torchrun.start(cmd, env, tmp_path / "torchrun.log", warm=True)
 
