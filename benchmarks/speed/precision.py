@@ -34,9 +34,9 @@ corpus in WikiText's layout (benchmarks/common/text_corpus.py: WikiText-2's ~0.2
 memorised in 200 iterations at global batch 32 or 64); --lr-warmup-iters/--lr-decay/--min-lr give
 the jobs a learning-rate schedule (default: a constant 3e-4); losses are compared only between
 entries of the same data and schedule. --repeat trains an entry again unchanged (on one GPU bf16 repeats
-bit for bit for tens of iterations, so that spread is small); --other-seed trains it again from other
-initial weights (JobSpec.seed OTHER_SEED): the run-to-run spread of the final loss that an FP8 gap is
-judged against.
+bit for bit for tens of iterations, so that spread is small); --other-seed trains it again with another
+JobSpec.seed (OTHER_SEED: other initial weights, sample order and held-out samples): the run-to-run
+spread of the final loss that an FP8 gap is judged against.
 """
 import argparse
 import json
@@ -289,9 +289,11 @@ def main():
                     "recipes (delayed_out: delayed with the output layer in FP8 too, JobSpec.fp8_output_layer)")
     ap.add_argument("--merge", type=Path, help="an earlier call's results.json: its entries are kept")
     ap.add_argument("--repeat", choices=("bf16", "fp8_delayed"), help="train this entry again, as <entry>_repeat: "
-                    "how far one precision lands from itself (GPU runs are not bit for bit repeatable)")
-    ap.add_argument("--other-seed", choices=("bf16", "fp8_delayed"), help="train this entry again from other "
-                    f"initial weights (seed {OTHER_SEED}), as <entry>_other_seed: the run-to-run spread of the loss")
+                    "how far one precision lands from itself (bit for bit equal for tens of iterations on one GPU, "
+                    "then apart)")
+    ap.add_argument("--other-seed", choices=("bf16", "fp8_delayed"), help="train this entry again with another "
+                    f"seed ({OTHER_SEED}: other initial weights, sample order and held-out samples), as "
+                    "<entry>_other_seed: the run-to-run spread of the loss")
     args = ap.parse_args()
     import torch
 

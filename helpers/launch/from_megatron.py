@@ -372,8 +372,8 @@ def read_megatron_args(text: str) -> Reading:
         values["grad_reduce_in_fp32"] = not args.grad_reduce_in_bf16 and (
             args.accumulate_allreduce_grads_in_fp32 or str(args.main_grads_dtype) in ("fp32", "torch.float32"))
     if args.tokenizer_type == "NullTokenizer" and args.vocab_size:  # +1 end-of-document, padded to divisor x TP
-        values["padded_vocab_size"] = round_up(args.vocab_size + 1, args.make_vocab_size_divisible_by
-                                          * args.tensor_model_parallel_size)
+        values["padded_vocab_size"] = round_up(args.vocab_size + 1,
+                                               args.make_vocab_size_divisible_by * args.tensor_model_parallel_size)
     return _read(values, given, "a Megatron-LM command line", "megatron-lm")
 
 

@@ -80,12 +80,12 @@ def make(model: Shipped, folder=None) -> Path:
 
 def is_made(model: Shipped, folder: Path) -> bool:
     """Whether `folder` holds `model` as `build` made it, its weights unchanged since."""
-    marker = folder / MARKER
-    if not marker.is_file():
+    try:  # (read without the lock: a folder being made again may vanish under the reader)
+        made = json.loads((folder / MARKER).read_text())
+        return made.get("gguf_sha256") == model.sha256 and made.get("weights_sha256") == paths.sha256(
+            folder / "model.safetensors")
+    except (FileNotFoundError, json.JSONDecodeError):
         return False
-    made = json.loads(marker.read_text())
-    return made.get("gguf_sha256") == model.sha256 and made.get("weights_sha256") == paths.sha256(
-        folder / "model.safetensors")
 
 
 def build(model: Shipped, folder: Path) -> None:
@@ -95,8 +95,9 @@ def build(model: Shipped, folder: Path) -> None:
     import torch
     import transformers
 
+    for stale in folder.parent.glob(f"{folder.name}.tmp-*"):  # a crashed build's half folder (~0.5 GB)
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tokenizer = transformers.AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     eos = tokenizer.convert_ids_to_tokens(hf.config.eos_token_id)

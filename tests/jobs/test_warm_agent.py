@@ -2,9 +2,12 @@
 exactly what a cold torchrun trains, a failing agent reports torchrun's exit code, and one kill of
 its process group stops the agent and every rank it started."""
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -26,27 +29,35 @@ def test_a_warm_job_trains_what_a_cold_one_trains(runs, monkeypatch):
     assert "Megatron" in (warm[1].path / "megatron-lm.sh").read_text()  # the whole run directory was written
 
 
-def _agent(tmp_path, script: str):
+@pytest.fixture
+def short_tmp():
+    """A temp folder with a short path (the forkserver's socket lives there: at most 107 characters)."""
+    folder = Path(tempfile.mkdtemp(prefix="agent-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _agent(tmp_path, short_tmp, script: str):
     path = tmp_path / "rank.py"
     path.write_text(script)
-    # the agent's folders out of /tmp: --log-dir as torchrun.command gives a job; TMPDIR for the forkserver's
-    # own temp folder, which a killed agent cannot remove
+    # the agent's folders out of /tmp's top: --log-dir as torchrun.command gives a job; TMPDIR for the
+    # forkserver's own temp folder, which a killed agent cannot remove
     args = ["--standalone", "--nnodes", "1", "--nproc-per-node", "2", "--start-method", "forkserver",
-            "--log-dir", str(tmp_path / "torchelastic"), "--run-path", str(path)]
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path))
+            "--log-dir", str(short_tmp / "torchelastic"), "--run-path", str(path)]
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TMPDIR=str(short_tmp))
     cmd = [sys.executable, "-m", torchrun.TORCHRUN, "--preload", "", *args]  # as torchrun.command writes it
     return torchrun.start(cmd, env, tmp_path / "torchrun.log", warm=True)
 
 
-def test_a_failing_warm_agent_reports_its_exit_code(tmp_path):
-    agent = _agent(tmp_path, "import os, sys\nsys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
+def test_a_failing_warm_agent_reports_its_exit_code(tmp_path, short_tmp):
+    agent = _agent(tmp_path, short_tmp, "import os, sys\nsys.exit(3 if os.environ['RANK'] == '1' else 0)\n")
     assert agent.wait(timeout=120) == 1  # torchrun's own exit code when a rank fails
     log = (tmp_path / "torchrun.log").read_text()
     assert "exitcode  : 3" in log and "rank      : 1" in log, log[-2000:]
 
 
-def test_one_kill_stops_the_agent_and_its_ranks(tmp_path):
-    agent = _agent(tmp_path, "import time\ntime.sleep(120)\n")
+def test_one_kill_stops_the_agent_and_its_ranks(tmp_path, short_tmp):
+    agent = _agent(tmp_path, short_tmp, "import time\ntime.sleep(120)\n")
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:  # both ranks started
         group = [p for p in psutil.process_iter() if _pgid(p) == agent.pid]
