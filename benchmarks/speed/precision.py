@@ -16,7 +16,7 @@ against bf16 on the ~1.4B dense GPT of the GPU-speed benchmark, in one invocatio
     KIT_DATA_DIR=<folder with wikitext-2-raw-v1/ and tokenizers/gpt2/> \\
     python -m benchmarks.speed.precision --out DIR [--iters 200] [--global-batch 32] [--micro-batch 4]
         [--rowwise-iters 30] [--skip gemm,bf16,tensorwise,delayed,rowwise,recipes] [--merge EARLIER/results.json]
-        [--repeat bf16|fp8_delayed] [--other-seed bf16|fp8_delayed]
+        [--repeat bf16|fp8_delayed] [--other-seed bf16|fp8_delayed] [--seed N]
         [--profile [full|device]] [--data-dir CORPUS] [--job-timeout-s 420] [--lr-warmup-iters N --lr-decay cosine]
 
 Global batch 32 (8 microbatches) is the GPU-speed benchmark's (benchmarks/speed/throughput.py); 200 of
@@ -35,8 +35,11 @@ memorised in 200 iterations at global batch 32 or 64); --lr-warmup-iters/--lr-de
 the jobs a learning-rate schedule (default: a constant 3e-4); losses are compared only between
 entries of the same data and schedule. --repeat trains an entry again unchanged (on one GPU bf16 repeats
 bit for bit for tens of iterations, so that spread is small); --other-seed trains it again with another
-JobSpec.seed (OTHER_SEED: other initial weights, sample order and held-out samples): the run-to-run
-spread of the final loss that an FP8 gap is judged against.
+JobSpec.seed (OTHER_SEED: other initial weights, sample order and held-out samples): how far the seed
+alone moves the loss, which on a corpus of uneven documents is mostly which batches came last, so it is
+not the spread of a bf16/FP8 pair (that one holds the batches fixed). --seed trains every entry of the
+call with that seed: a bf16/FP8 pair repeated from other initial weights and batches; losses are
+compared only between entries of one seed.
 """
 import argparse
 import json
@@ -48,6 +51,7 @@ from pathlib import Path
 from benchmarks.common.gpu_samples import GpuSamples
 from helpers import launch
 from helpers.job.flops import mfu
+from helpers.job.spec import JobSpec
 from helpers.memory.vs_measured import peak_rows
 
 MODEL = dict(num_layers=24, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192,
@@ -220,11 +224,13 @@ def comparable(a: dict, b: dict, *keys: str) -> bool:
     return all(a.get(k, old.get(k)) == b.get(k, old.get(k)) is not None for k in keys)
 
 
-def loss_gaps(base: dict, other: dict) -> dict | None:
+def loss_gaps(base: dict, other: dict, across_seeds: bool = False) -> dict | None:
     """other's final (mean of the last 10) and test loss relative to base's, or None unless both trained
     on the same tokens with the same lr: iterations, global batch, data and schedule (micro batch does
-    not matter)."""
-    same_run = all(base.get(k) == other.get(k) for k in ("data", "lr_schedule"))
+    not matter), and from the same seed unless across_seeds (the run-to-run spread)."""
+    default_seed = JobSpec.__dataclass_fields__["seed"].default  # entries made before the seed was recorded
+    same_run = all(base.get(k) == other.get(k) for k in ("data", "lr_schedule")) and (
+        across_seeds or base.get("seed", default_seed) == other.get("seed", default_seed))
     if "final_loss_mean10" not in base or "final_loss_mean10" not in other or not same_run or not comparable(
             base, other, "iters", "global_batch"):
         return None
@@ -293,7 +299,9 @@ def main():
                     "then apart)")
     ap.add_argument("--other-seed", choices=("bf16", "fp8_delayed"), help="train this entry again with another "
                     f"seed ({OTHER_SEED}: other initial weights, sample order and held-out samples), as "
-                    "<entry>_other_seed: the run-to-run spread of the loss")
+                    "<entry>_other_seed: how far the seed alone moves the loss")
+    ap.add_argument("--seed", type=int, help="JobSpec.seed of every entry of this call (default: JobSpec's): "
+                    "a bf16/FP8 pair from other initial weights, sample order and held-out samples")
     args = ap.parse_args()
     import torch
 
@@ -328,24 +336,25 @@ def main():
         attempt("gemm", gemm_check)
     batches = (args.global_batch, args.micro_batch, args.out, args.data_dir and str(Path(args.data_dir).resolve()),
                args.job_timeout_s, schedule(args))
+    seeded = {"seed": args.seed} if args.seed is not None else {}
     profile = (lambda key: args.out / f"profile_{key}.txt") if args.profile else (lambda key: None)
     if "bf16" not in skip:
         attempt("bf16", train, "bf16", "tensorwise", args.iters, *batches,
                 capture=args.iters // 2 if "recipes" not in skip else None, profile=profile("bf16"),
-                profile_mode=args.profile or "full")
+                profile_mode=args.profile or "full", **seeded)
     for variant, (recipe, output_layer) in VARIANTS.items():
         iters = args.rowwise_iters if recipe == "rowwise" else args.iters
         if variant not in skip and iters:
             attempt(f"fp8_{variant}", train, "fp8", recipe, iters, *batches, profile=profile(f"fp8_{variant}"),
-                    output_layer=output_layer, profile_mode=args.profile or "full")
+                    output_layer=output_layer, profile_mode=args.profile or "full", **seeded)
     for entry, suffix, seed in ((args.repeat, "repeat", None), (args.other_seed, "other_seed", OTHER_SEED)):
         if not entry:
             continue
         precision, recipe = ("bf16", "tensorwise") if entry == "bf16" else ("fp8", "delayed")
-        attempt(f"{entry}_{suffix}", train, precision, recipe, args.iters, *batches, seed=seed)
+        attempt(f"{entry}_{suffix}", train, precision, recipe, args.iters, *batches, seed=seed or args.seed)
         spread_key = f"spread_{entry}" if suffix == "repeat" else f"spread_{entry}_{suffix}"
         res.pop(spread_key, None)
-        spread = loss_gaps(res.get(entry, {}), res.get(f"{entry}_{suffix}", {}))
+        spread = loss_gaps(res.get(entry, {}), res.get(f"{entry}_{suffix}", {}), across_seeds=suffix == "other_seed")
         if spread:
             res[spread_key] = spread
             print(f"{entry} against its {suffix.replace('_', ' ')}: {json.dumps(spread)}", flush=True)
