@@ -336,17 +336,16 @@ def main():
         attempt("gemm", gemm_check)
     batches = (args.global_batch, args.micro_batch, args.out, args.data_dir and str(Path(args.data_dir).resolve()),
                args.job_timeout_s, schedule(args))
-    seeded = {"seed": args.seed} if args.seed is not None else {}
     profile = (lambda key: args.out / f"profile_{key}.txt") if args.profile else (lambda key: None)
     if "bf16" not in skip:
         attempt("bf16", train, "bf16", "tensorwise", args.iters, *batches,
                 capture=args.iters // 2 if "recipes" not in skip else None, profile=profile("bf16"),
-                profile_mode=args.profile or "full", **seeded)
+                profile_mode=args.profile or "full", seed=args.seed)
     for variant, (recipe, output_layer) in VARIANTS.items():
         iters = args.rowwise_iters if recipe == "rowwise" else args.iters
         if variant not in skip and iters:
             attempt(f"fp8_{variant}", train, "fp8", recipe, iters, *batches, profile=profile(f"fp8_{variant}"),
-                    output_layer=output_layer, profile_mode=args.profile or "full", **seeded)
+                    output_layer=output_layer, profile_mode=args.profile or "full", seed=args.seed)
     for entry, suffix, seed in ((args.repeat, "repeat", None), (args.other_seed, "other_seed", OTHER_SEED)):
         if not entry:
             continue

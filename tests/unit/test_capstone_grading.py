@@ -8,6 +8,7 @@ import pytest
 
 from helpers.job.layout import Layout
 from helpers.launch import from_megatron
+from helpers.launch.shrink import shrink
 from helpers.memory import GiB, Training, plan_memory
 from helpers.views import exercises
 
@@ -66,7 +67,7 @@ def test_a_16_gpu_command_shrinks_to_one_replica_with_its_layout(tp, pp, process
     command = (LLAMA3_8B + f" --tensor-model-parallel-size {tp} --sequence-parallel "
                f"--pipeline-model-parallel-size {pp} --micro-batch-size 1")
     full = from_megatron.read_megatron_args(command).spec(nproc=16, device="cuda")
-    small, changes = from_megatron.shrink(full, iters=3)
+    small, changes = shrink(full, iters=3)
     assert small.nproc == processes and "world_size 16 -> %d" % processes in changes  # lesson 20 runs up to 4
     assert (small.tp, small.pp, small.sp, small.dist_opt) == (tp, pp, True, True)
     assert small.data == "/data/llama3/corpus_text_document"  # the cluster's corpus: the lesson runs synthetic here

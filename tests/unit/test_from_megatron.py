@@ -13,6 +13,7 @@ from helpers.errors import InvalidJob
 from helpers.job.layout import Layout
 from helpers.job.spec import JobSpec
 from helpers.launch import from_megatron
+from helpers.launch.shrink import shrink
 
 LM = ("torchrun --nproc-per-node 16 pretrain_gpt.py --tensor-model-parallel-size 2 --pipeline-model-parallel-size 2 "
       "--num-virtual-stages-per-pipeline-rank 2 --context-parallel-size 2 --sequence-parallel "
@@ -114,7 +115,7 @@ def _sizes_valid(spec: JobSpec) -> None:
 ], ids=["megatron-lm-tp2-pp2-vpp2-cp2", "llama3-8b-tp8-pp4-sp", "dsv2lite-tp2-ep4-pp3", "qwen3-moe-tp4-ep8-cp2-vpp"])
 def test_shrink_keeps_the_layout_valid(full):
     assert Layout.of(full).validate(full.model_preset()) == []
-    small, how = from_megatron.shrink(full)
+    small, how = shrink(full)
     _sizes_valid(small)
     for axis in ("tp", "pp", "vpp", "cp", "ep", "expert_tp", "sp", "dist_opt"):
         assert getattr(small, axis) == getattr(full, axis), axis

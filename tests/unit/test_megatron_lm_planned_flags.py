@@ -10,6 +10,7 @@ import pytest
 from helpers.errors import InvalidJob
 from helpers.job import rules
 from helpers.launch import from_megatron
+from helpers.launch.shrink import shrink
 
 BASE = ("--num-layers 8 --hidden-size 256 --num-attention-heads 4 --vocab-size 1000 --seq-length 256 "
         "--max-position-embeddings 256 --micro-batch-size 1 --global-batch-size 8 --train-iters 10 --lr 1e-4 "
@@ -77,7 +78,7 @@ def test_a_run_with_planned_only_features_is_refused_by_name_and_shrink_drops_th
                  "--mtp-num-layers 1").spec(nproc=8, device="cpu", precision="fp32")
     found = {v.name for v in rules.check(rules.resolve(full, rules.CPU_ONLY)).violations}
     assert "planned_not_built" in found and "fp8_param_gather_needs_fp8_and_sharding" in found
-    small, how = from_megatron.shrink(full)
+    small, how = shrink(full)
     assert (small.megatron_fsdp, small.dist_opt, small.fp8_param_gather, small.model_preset().mtp_num_layers) == \
         (None, True, False, 0)
     assert "megatron_fsdp optim_grads_params -> None" in how
