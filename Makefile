@@ -1,7 +1,8 @@
 # Two commands for a newcomer: `make demo` (a TP=2 x DP=2 CPU job on real text that saves, reloads and
 # validates: the report card shows all eight checks) and `make test` (the whole suite). `make check` is
 # the fast tier to run after every change: the package layout's import contracts (.importlinter, with
-# import-linter's lint-imports) and the unit tests (no torchrun jobs, no notebooks).
+# import-linter's lint-imports) and the unit tests (no torchrun jobs, no notebooks) on two workers, less the
+# few marked `slow` (children that import Megatron-Bridge: pyproject.toml's markers), which `make test` runs.
 # Both create .venv with Python 3.12 on first use and install the kit into it; `make check` and `make test`
 # add the test extra (pytest, papermill, import-linter, nvidia-modelopt: pyproject.toml). Later runs skip an
 # install unless pyproject.toml changed (each stamp file carries its hash).
@@ -52,7 +53,7 @@ demo: install
 
 check: install-test
 	$(VENV)/bin/lint-imports --no-cache
-	$(PY) -m pytest -q tests/unit --durations=10
+	$(PY) -m pytest -q tests/unit -n 2 -m "not slow" --durations=10
 
 test: install-test
 	$(PY) -m pytest -q tests -n 2 --durations=25

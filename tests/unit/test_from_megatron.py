@@ -136,6 +136,7 @@ def test_shrunk_text_names_each_change():
     assert "num_attention_heads 32 -> 4" in lines[-1] and "num_query_groups 8 -> 2" in lines[-1]
 
 
+@pytest.mark.slow
 def test_bridge_llama3_8b_recipe_read_planned_and_shrunk():
     """Bridge's own recipe, called in a fresh interpreter (Bridge's training config imports, with the
     kit's stand-ins), read into its layout and model, planned on 8 x H100-80GB, and shrunk into a job
@@ -194,6 +195,7 @@ def test_bridge_llama3_8b_recipe_read_planned_and_shrunk():
     assert "meta-llama/Meta-Llama-3-70B" in got["refused"] and "hf download" in got["refused"]
 
 
+@pytest.mark.slow
 def test_cli_plans_a_megatron_lm_command_without_starting_it(tmp_path):
     out = subprocess.run([sys.executable, "-m", "helpers", "--megatron-args", LM + " --log-interval 5",
                           "--nproc", "16", "--plan-on", "h100-80gb", "--out", str(tmp_path)],

@@ -144,6 +144,7 @@ print(flags, "transformer_engine" in sys.modules, can_enable_gradient_accumulati
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("call", ["import_auto_bridge()", "import_auto_bridge(['LlamaForCausalLM'])"],
                          ids=["every-bridge", "one-architecture"])  # the second: helpers/runtime/hf/bridge_import.py
 def test_bridge_imports_and_megatron_core_still_sees_no_te(call):
@@ -172,6 +173,7 @@ print("CONFIG", ConfigContainer.__name__)
 """
 
 
+@pytest.mark.slow
 def test_bridge_s_training_config_imports_after_a_single_bridge_import():
     """The single-bridge import leaves Bridge's two packages without their `__init__`; Bridge's training
     config, imported later in the same process (a recipe checked in a notebook that exported a model),

@@ -103,6 +103,7 @@ def test_the_scripts_arguments_read_back_with_quoted_paths(tmp_path):
     assert "# Where the kit's job differs:" in text and "byte tokenizer has no Megatron-LM type" in text
 
 
+@pytest.mark.slow
 def test_megatron_lm_checks_the_command_in_its_own_process():
     """parse_args + validate_args as on a Hopper GPU at the job's world size: accepted with the sizes
     Megatron-LM derives, or refused with its own message."""

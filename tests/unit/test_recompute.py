@@ -275,6 +275,7 @@ def test_megatron_lm_flags_carry_recompute_and_read_back_to_the_spec(name, recor
     assert not any("recompute" in part for part in reading.message().split(";")), reading.message()
 
 
+@pytest.mark.slow
 def test_megatron_lm_accepts_the_recompute_flags(records):
     """parse_args + validate_args as on a Hopper GPU, at each job's world size."""
     from helpers.rundir import megatron_flags, megatron_lm_check
@@ -308,6 +309,7 @@ def test_megatron_lm_only_spellings_read_as_megatron_acts_on_them():
     assert (full.recompute_num_layers, small.recompute_num_layers) == (4, 2)  # 2 layers per stage when shrunk
 
 
+@pytest.mark.slow
 def test_the_bridge_recipe_puts_recompute_on_its_provider_and_reads_back(records, tmp_path):
     """The recipe's provider carries the fields; Bridge's config check (runtime_config_update: the
     provider finalized, Megatron-Core's TransformerConfig checks) keeps them, and `--bridge-recipe`
