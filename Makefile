@@ -2,7 +2,8 @@
 # validates: the report card shows all eight checks) and `make test` (the whole suite). `make check` is
 # the fast tier to run after every change: the package layout's import contracts (.importlinter, with
 # import-linter's lint-imports) and the unit tests (no torchrun jobs, no notebooks) on two workers, less the
-# few marked `slow` (children that import Megatron-Bridge: pyproject.toml's markers), which `make test` runs.
+# few marked `slow` (children that import Megatron-Bridge or run Megatron-LM's checks: pyproject.toml's
+# markers), which `make test` runs.
 # Both create .venv with Python 3.12 on first use and install the kit into it; `make check` and `make test`
 # add the test extra (pytest, papermill, import-linter, nvidia-modelopt: pyproject.toml). Later runs skip an
 # install unless pyproject.toml changed (each stamp file carries its hash).

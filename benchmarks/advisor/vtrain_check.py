@@ -300,11 +300,8 @@ def tp_factor_ceiling(rows: list[Row], pred: list[float], group: str) -> tuple[f
     column = np.array([tps.index(rows[i].tp) if rows[i].tp != 8 else -1 for i in idx])
     per_row = np.where(column >= 0, factors[:, np.maximum(column, 0)], 1.0)  # [combos, rows]
     scaled = per_row * np.array([pred[i] for i in idx])
-    ranks = stats.rankdata(scaled, axis=1)
-    measured = stats.rankdata([rows[i].measured_s for i in idx])
-    r = ranks - ranks.mean(axis=1, keepdims=True)
-    m = measured - measured.mean()
-    rho = (r @ m) / np.sqrt((r * r).sum(axis=1) * (m * m).sum())
+    measured = np.broadcast_to(stats.rankdata([rows[i].measured_s for i in idx]), scaled.shape)
+    rho = stats.pearsonr(stats.rankdata(scaled, axis=1), measured, axis=1).statistic  # Spearman per combination
     best = int(np.argmax(rho))
     return float(rho[best]), {tp: round(float(f), 2) for tp, f in zip(tps, factors[best])}
 
